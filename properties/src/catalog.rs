@@ -1,0 +1,162 @@
+//! Every property the workload checks, in one place.
+//!
+//! The message of a property is its identity in Antithesis reports and in `report.json`:
+//! `"<id>: <plain sentence>"`, a compile-time constant. Values go into the details, never
+//! into the message. `for_each_property!` hands the list to other crates (the SDK module
+//! generates one assertion call site per property from it), so this table is the only
+//! place a property is named.
+
+use serde::Serialize;
+
+/// How a property is judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Safety: every evaluation must hold.
+    Always,
+    /// Liveness inside a bounded window: every window must end in success.
+    Eventually,
+    /// Coverage: must hold at least once for the run to have exercised the path.
+    Sometimes,
+    /// Coverage: the code path must be reached at least once.
+    Reachable,
+    /// Must never be reached.
+    Unreachable,
+}
+
+/// Calls `$callback! { (Variant, kind, "id", "sentence") ... }` with the whole catalog.
+#[macro_export]
+macro_rules! for_each_property {
+    ($callback:ident) => {
+        $callback! {
+            // Safety: publishing.
+            (PublishAckGapFree, always, "publish-ack-gap-free",
+             "every fresh publish ack carries the previous ack's sequence plus one, and no write the workload did not make moves the stream past it")
+            (PublishDuplicateAckOriginalSequence, always, "publish-duplicate-ack-original-sequence",
+             "a duplicate publish ack carries the sequence first assigned to that message id")
+            // Safety: reading.
+            (ReadSequenceGapFree, always, "read-sequence-gap-free",
+             "each consumed stream sequence is the previous one plus one")
+            (ReadContentMatchesPublish, always, "read-content-matches-publish",
+             "a consumed message has exactly the id, payload and checksum published for its sequence")
+            (ReadOnlyPublishedMessages, always, "read-only-published-messages",
+             "nothing is read from the stream that the workload did not publish")
+            (AckedMessageNeverLost, always, "acked-message-never-lost",
+             "every acknowledged message can be read back, mid-run and in the final read")
+            (StreamNeverDisappears, always, "stream-never-disappears",
+             "the run's stream, once created, is never reported missing for longer than a fault blip")
+            (StreamStateCoversAcks, always, "stream-state-covers-acks",
+             "the stream's last sequence and message count are never below the last acknowledged sequence")
+            // Liveness inside bounded windows.
+            (PublishEventuallyAcked, eventually, "publish-eventually-acked",
+             "a publish is acknowledged within the liveness window")
+            (ConsumerEventuallyCatchesUp, eventually, "consumer-eventually-catches-up",
+             "the consumer reaches the last acknowledged sequence within the liveness window")
+            (ScaleEventuallySettles, eventually, "scale-eventually-settles",
+             "a requested replica count is reached and healthy within the liveness window")
+            (ClusterEventuallyHealthy, eventually, "cluster-eventually-healthy",
+             "every node reports healthy and the stream answers within the liveness window")
+            // Coverage: the fault and retry paths ran.
+            (PublishRetryGotDuplicateAck, sometimes, "publish-retry-got-duplicate-ack",
+             "a retried publish was answered with a duplicate ack, exercising dedup")
+            (PublishRetriedAfterNoResponders, sometimes, "publish-retried-after-no-responders",
+             "a publish hit a leader election (no responders) and was retried")
+            (PublishRetriedAfterTimeout, sometimes, "publish-retried-after-timeout",
+             "a publish ack was lost (timeout) and the same id was sent again")
+            (PublishRetriedWhileInProcess, sometimes, "publish-retried-while-in-process",
+             "a retried publish met its original still being proposed")
+            (StreamScaledDownToR1, sometimes, "stream-scaled-down-to-r1",
+             "the stream was scaled from several replicas down to one")
+            (StreamScaledUpFromR1, sometimes, "stream-scaled-up-from-r1",
+             "the stream was scaled from one replica up to several")
+            (ScaleRequestedBackToBack, sometimes, "scale-requested-back-to-back",
+             "a second replica change was requested right after the first")
+            (ScaleWaitedUntilSettled, sometimes, "scale-waited-until-settled",
+             "the scaler waited for a replica change to settle and saw it settle")
+            (ConsumerRecreated, sometimes, "consumer-recreated",
+             "the reader recreated its ordered consumer after an error and went on")
+            (QuietPeriodRequested, sometimes, "liveness-quiet-period-requested",
+             "a liveness window ran long enough to ask for faults to pause")
+            (SetupCompleted, reachable, "setup-completed",
+             "the cluster was healthy and the stream existed before the drivers started")
+            // Must never happen.
+            (WorkloadNeverPanics, unreachable, "workload-never-panics",
+             "the workload process panicked")
+        }
+    };
+}
+
+macro_rules! define_catalog {
+    ($( ($variant:ident, $kind:ident, $id:literal, $sentence:literal) )*) => {
+        /// One property of the catalog. `message()` is its constant assertion message.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Property { $($variant),* }
+
+        impl Property {
+            /// Every property, in catalog order.
+            pub const ALL: &'static [Property] = &[$(Property::$variant),*];
+
+            /// The kebab-case id, the stable name used in reports and tests.
+            pub const fn id(self) -> &'static str {
+                match self { $(Property::$variant => $id),* }
+            }
+
+            /// `"<id>: <sentence>"`, the assertion message (a constant for the SDK).
+            pub const fn message(self) -> &'static str {
+                match self { $(Property::$variant => concat!($id, ": ", $sentence)),* }
+            }
+
+            pub const fn kind(self) -> Kind {
+                match self { $(Property::$variant => define_catalog!(@kind $kind)),* }
+            }
+
+            /// Position in `ALL`, for per-property counters.
+            pub const fn index(self) -> usize { self as usize }
+
+            pub fn from_id(id: &str) -> Option<Property> {
+                Property::ALL.iter().copied().find(|p| p.id() == id)
+            }
+        }
+    };
+    (@kind always) => { Kind::Always };
+    (@kind eventually) => { Kind::Eventually };
+    (@kind sometimes) => { Kind::Sometimes };
+    (@kind reachable) => { Kind::Reachable };
+    (@kind unreachable) => { Kind::Unreachable };
+}
+
+for_each_property!(define_catalog);
+
+impl Property {
+    /// Safety and liveness properties decide the verdict; coverage properties do not.
+    pub const fn decides_verdict(self) -> bool {
+        matches!(self.kind(), Kind::Always | Kind::Eventually | Kind::Unreachable)
+    }
+}
+
+impl Serialize for Property {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.id())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn ids_are_unique_kebab_case_and_prefix_their_message() {
+        let mut seen = HashSet::new();
+        for p in Property::ALL {
+            assert!(seen.insert(p.id()), "duplicate id {}", p.id());
+            assert!(p
+                .id()
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+            assert!(p.message().starts_with(&format!("{}: ", p.id())));
+            assert_eq!(Property::from_id(p.id()), Some(*p));
+            assert_eq!(Property::ALL[p.index()], *p);
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Confirming a bad observation over time before calling it a violation.
+//!
+//! During faults a server can answer for a moment from a stale view: a restarting node that
+//! has not loaded the stream yet, a deposed leader in a minority partition. An observation
+//! like "stream not found" or "message absent" only counts once it has been made without a
+//! single good observation in between for at least `hold` (and at least `min_bad` times).
+
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct Confirm {
+    hold: Duration,
+    min_bad: u32,
+    bad_since: Option<Duration>,
+    bad_count: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confirmation {
+    Good,
+    /// Bad so far, not yet for long enough: observe again.
+    Pending,
+    /// Bad for at least `hold` with no good observation in between.
+    Confirmed { bad_for: Duration },
+}
+
+impl Confirm {
+    pub fn new(hold: Duration, min_bad: u32) -> Self {
+        Self { hold, min_bad, bad_since: None, bad_count: 0 }
+    }
+
+    /// Records one observation made at `now` (any monotonic clock offset).
+    pub fn observe(&mut self, now: Duration, bad: bool) -> Confirmation {
+        if !bad {
+            self.bad_since = None;
+            self.bad_count = 0;
+            return Confirmation::Good;
+        }
+        let since = *self.bad_since.get_or_insert(now);
+        self.bad_count += 1;
+        let bad_for = now.saturating_sub(since);
+        if bad_for >= self.hold && self.bad_count >= self.min_bad {
+            Confirmation::Confirmed { bad_for }
+        } else {
+            Confirmation::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_good_observation_resets_and_a_long_bad_streak_confirms() {
+        let s = Duration::from_secs;
+        let mut c = Confirm::new(s(30), 3);
+        assert_eq!(c.observe(s(0), true), Confirmation::Pending);
+        assert_eq!(c.observe(s(29), true), Confirmation::Pending);
+        assert_eq!(c.observe(s(29), false), Confirmation::Good);
+        assert_eq!(c.observe(s(40), true), Confirmation::Pending);
+        assert_eq!(c.observe(s(80), true), Confirmation::Pending, "only two bad observations");
+        assert_eq!(c.observe(s(81), true), Confirmation::Confirmed { bad_for: s(41) });
+    }
+}

@@ -1,0 +1,28 @@
+//! The property catalog and the pure checkers of the JetStream workload.
+//!
+//! Nothing here does I/O or reads a clock: drivers feed observations in, checkers say which
+//! property (if any) an observation violates. That keeps every judgment unit-testable and
+//! the drivers free of rules.
+
+pub mod catalog;
+pub mod confirm;
+pub mod liveness;
+pub mod payload;
+pub mod publish;
+pub mod read;
+pub mod scale;
+
+pub use catalog::{Kind, Property};
+
+/// An observation that breaks a property, with the values that show it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Violation {
+    pub property: Property,
+    pub details: serde_json::Value,
+}
+
+impl Violation {
+    pub fn new(property: Property, details: serde_json::Value) -> Self {
+        Self { property, details }
+    }
+}

@@ -1,0 +1,99 @@
+//! Bounded liveness windows (seed 001): an operation that keeps failing is retried with
+//! backoff for at most `window`; when only `quiet` of it is left, faults are asked to pause
+//! for `quiet`, so every window ends with a fault-free stretch. Failing after that is a
+//! liveness failure. Time is passed in, so the rule is testable without a clock.
+
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowConfig {
+    pub window: Duration,
+    pub quiet: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(120),
+            quiet: Duration::from_secs(30),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(2),
+        }
+    }
+}
+
+/// One window, opened at the first failure of an operation.
+#[derive(Clone, Debug)]
+pub struct Window {
+    cfg: WindowConfig,
+    opened_at: Duration,
+    failures: u32,
+    quiet_requested: bool,
+}
+
+/// What to do after a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Try again after this pause.
+    Retry(Duration),
+    /// Ask for `quiet` seconds without faults, then try again after the pause.
+    RequestQuiet { quiet: Duration, retry_after: Duration },
+    /// The window is used up: the operation failed its liveness property.
+    Expired { elapsed: Duration, failures: u32 },
+}
+
+impl Window {
+    pub fn open(cfg: WindowConfig, now: Duration) -> Self {
+        Self { cfg, opened_at: now, failures: 0, quiet_requested: false }
+    }
+
+    pub fn elapsed(&self, now: Duration) -> Duration {
+        now.saturating_sub(self.opened_at)
+    }
+
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// Records a failure at `now` and says what comes next.
+    pub fn failed(&mut self, now: Duration) -> Next {
+        self.failures += 1;
+        let elapsed = self.elapsed(now);
+        if elapsed >= self.cfg.window {
+            return Next::Expired { elapsed, failures: self.failures };
+        }
+        let doubling = self.failures.saturating_sub(1).min(16);
+        let pause = self.cfg.backoff_min.saturating_mul(1 << doubling).min(self.cfg.backoff_max);
+        // Never sleep past the end of the window: the last try happens at the deadline.
+        let pause = pause.min(self.cfg.window - elapsed);
+        if !self.quiet_requested && elapsed + self.cfg.quiet >= self.cfg.window {
+            self.quiet_requested = true;
+            return Next::RequestQuiet { quiet: self.cfg.quiet, retry_after: pause };
+        }
+        Next::Retry(pause)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: u64) -> Duration {
+        Duration::from_secs(x)
+    }
+
+    #[test]
+    fn backoff_grows_then_quiet_is_requested_once_then_expires() {
+        let mut w = Window::open(WindowConfig::default(), s(10));
+        assert_eq!(w.failed(s(10)), Next::Retry(Duration::from_millis(100)));
+        assert_eq!(w.failed(s(11)), Next::Retry(Duration::from_millis(200)));
+        assert_eq!(w.failed(s(12)), Next::Retry(Duration::from_millis(400)));
+        assert_eq!(w.failed(s(50)), Next::Retry(Duration::from_millis(800)));
+        assert!(matches!(w.failed(s(100)), Next::RequestQuiet { quiet, .. } if quiet == s(30)));
+        assert_eq!(w.failed(s(101)), Next::Retry(s(2)));
+        assert_eq!(w.failed(s(129)), Next::Retry(s(1)), "never sleeps past the deadline");
+        assert_eq!(w.failed(s(130)), Next::Expired { elapsed: s(120), failures: 8 });
+    }
+}

@@ -1,0 +1,97 @@
+//! When has a stream settled at a requested replica count?
+//!
+//! Settled means: the configured count is the requested one, a leader is present, the
+//! other `n - 1` replicas are listed, current and online, and (2.15) the server reports no
+//! pending desired-state change. `/healthz` on every node is checked by the caller.
+
+use serde::Deserialize;
+
+/// The parts of a raw `STREAM.INFO` reply this check reads.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StreamInfoView {
+    pub config: ConfigView,
+    #[serde(default)]
+    pub cluster: Option<ClusterView>,
+    #[serde(default)]
+    pub state: StateView,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ConfigView {
+    pub num_replicas: usize,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct StateView {
+    #[serde(default)]
+    pub messages: u64,
+    #[serde(default)]
+    pub last_seq: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ClusterView {
+    #[serde(default)]
+    pub leader: Option<String>,
+    #[serde(default)]
+    pub replicas: Vec<ReplicaView>,
+    /// 2.15's desired-state block: present while a change is still being carried out.
+    #[serde(default)]
+    pub desired: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ReplicaView {
+    pub name: String,
+    #[serde(default)]
+    pub current: bool,
+    #[serde(default)]
+    pub offline: bool,
+}
+
+/// `Ok` when settled at `requested`, otherwise why not.
+pub fn settled(info: &StreamInfoView, requested: usize) -> Result<(), String> {
+    if info.config.num_replicas != requested {
+        return Err(format!("configured replicas {} != requested {requested}", info.config.num_replicas));
+    }
+    let cluster = info.cluster.as_ref().ok_or("no cluster information")?;
+    if cluster.leader.as_deref().unwrap_or("").is_empty() {
+        return Err("no leader".into());
+    }
+    if cluster.desired.is_some() {
+        return Err("desired-state change still pending".into());
+    }
+    if cluster.replicas.len() != requested - 1 {
+        return Err(format!("{} followers listed, want {}", cluster.replicas.len(), requested - 1));
+    }
+    if let Some(r) = cluster.replicas.iter().find(|r| !r.current || r.offline) {
+        return Err(format!("replica {} not current (offline: {})", r.name, r.offline));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(json: &str) -> StreamInfoView {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn settled_requires_leader_current_followers_and_no_desired_block() {
+        let ok = view(r#"{"config":{"num_replicas":3},"cluster":{"leader":"n1","replicas":[
+            {"name":"n2","current":true},{"name":"n3","current":true}]}}"#);
+        assert_eq!(settled(&ok, 3), Ok(()));
+        assert!(settled(&ok, 1).is_err());
+        let lagging = view(r#"{"config":{"num_replicas":3},"cluster":{"leader":"n1","replicas":[
+            {"name":"n2","current":true},{"name":"n3","current":false}]}}"#);
+        assert!(settled(&lagging, 3).is_err());
+        let pending = view(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n1","desired":{"peers":[]}}}"#);
+        assert!(settled(&pending, 1).is_err());
+        let leaderless = view(r#"{"config":{"num_replicas":1},"cluster":{}}"#);
+        assert!(settled(&leaderless, 1).is_err());
+        let r1 = view(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n1"},"state":{"messages":5,"last_seq":5}}"#);
+        assert_eq!(settled(&r1, 1), Ok(()));
+    }
+}
