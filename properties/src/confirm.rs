@@ -29,11 +29,21 @@ impl Confirm {
         Self { hold, min_bad, bad_since: None, bad_count: 0 }
     }
 
+    /// Bad observations in the current streak (1 right after the first).
+    pub fn bad_count(&self) -> u32 {
+        self.bad_count
+    }
+
+    /// Starts over, e.g. after a confirmed streak was reported.
+    pub fn reset(&mut self) {
+        self.bad_since = None;
+        self.bad_count = 0;
+    }
+
     /// Records one observation made at `now` (any monotonic clock offset).
     pub fn observe(&mut self, now: Duration, bad: bool) -> Confirmation {
         if !bad {
-            self.bad_since = None;
-            self.bad_count = 0;
+            self.reset();
             return Confirmation::Good;
         }
         let since = *self.bad_since.get_or_insert(now);

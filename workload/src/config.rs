@@ -1,0 +1,242 @@
+//! Workload settings: built-in defaults < config file < environment < flags.
+//!
+//! `config/workload.toml` documents every setting with its default; a test checks that the
+//! file and `Config::default()` agree. Validation runs once, before anything connects, and
+//! names the offending field.
+
+use serde::Deserialize;
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub stream: StreamConfig,
+    pub publish: PublishConfig,
+    pub scale: ScaleConfig,
+    pub liveness: LivenessConfig,
+    pub report: ReportConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// Replica count the stream is created with (capped at the cluster size).
+    pub initial_replicas: usize,
+    /// JetStream dedup window; must outlast any retry (at least twice the liveness window).
+    #[serde(with = "humantime_serde")]
+    pub duplicate_window: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PublishConfig {
+    /// Payload bytes per message.
+    pub payload_size: usize,
+    /// Publishes awaiting their ack at once (1 = one at a time).
+    pub in_flight: usize,
+    /// Send `Nats-Expected-Last-Sequence` with every publish (needed when in_flight > 1).
+    pub expected_last_sequence: bool,
+    /// How long one publish waits for its ack.
+    #[serde(with = "humantime_serde")]
+    pub ack_timeout: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScaleConfig {
+    pub enabled: bool,
+    /// Replica counts to pick from; empty means 1 ..= min(5, cluster size).
+    pub replicas: Vec<usize>,
+    #[serde(with = "humantime_serde")]
+    pub interval_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub interval_max: Duration,
+    /// Chance that a second, different count is requested right after the first.
+    pub back_to_back_probability: f64,
+    /// Chance that the scaler waits for a change to settle before the next one.
+    pub wait_settled_probability: f64,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LivenessConfig {
+    /// Longest an operation may keep failing before it fails its liveness property.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// Fault-free tail of every window: faults are asked to pause this long.
+    #[serde(with = "humantime_serde")]
+    pub quiet: Duration,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReportConfig {
+    /// Interval between progress lines.
+    #[serde(with = "humantime_serde")]
+    pub progress_interval: Duration,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self { initial_replicas: 3, duplicate_window: Duration::from_secs(300) }
+    }
+}
+
+impl Default for PublishConfig {
+    fn default() -> Self {
+        Self { payload_size: 128, in_flight: 16, expected_last_sequence: true, ack_timeout: Duration::from_secs(5) }
+    }
+}
+
+impl Default for ScaleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            replicas: Vec::new(),
+            interval_min: Duration::from_secs(1),
+            interval_max: Duration::from_secs(5),
+            back_to_back_probability: 0.2,
+            wait_settled_probability: 0.5,
+        }
+    }
+}
+
+impl Default for LivenessConfig {
+    fn default() -> Self {
+        Self { window: Duration::from_secs(120), quiet: Duration::from_secs(30) }
+    }
+}
+
+impl Default for ReportConfig {
+    fn default() -> Self {
+        Self { progress_interval: Duration::from_secs(10) }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            stream: StreamConfig::default(),
+            publish: PublishConfig::default(),
+            scale: ScaleConfig::default(),
+            liveness: LivenessConfig::default(),
+            report: ReportConfig::default(),
+        }
+    }
+}
+
+/// A setting that cannot work, named by its path in the config file.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid config: {field}: {reason}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { field, reason: reason.into() }
+}
+
+impl Config {
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let Some(path) = path else { return Ok(Config::default()) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))
+    }
+
+    /// Checks every setting; `cluster_size` is known for local runs, not before connecting.
+    pub fn validate(&self, cluster_size: Option<usize>) -> Result<(), ConfigError> {
+        let p = &self.publish;
+        if p.payload_size == 0 || p.payload_size > 1024 * 1024 {
+            return Err(bad("publish.payload_size", "must be 1 ..= 1048576 bytes"));
+        }
+        if p.in_flight == 0 || p.in_flight > 4096 {
+            return Err(bad("publish.in_flight", "must be 1 ..= 4096"));
+        }
+        if p.in_flight > 1 && !p.expected_last_sequence {
+            return Err(bad("publish.expected_last_sequence", "must be true when publish.in_flight > 1, or a rewind could reorder the stream"));
+        }
+        if p.ack_timeout < Duration::from_millis(100) {
+            return Err(bad("publish.ack_timeout", "must be at least 100ms"));
+        }
+        let l = &self.liveness;
+        if l.window < Duration::from_secs(1) {
+            return Err(bad("liveness.window", "must be at least 1s"));
+        }
+        if l.quiet.is_zero() || l.quiet >= l.window {
+            return Err(bad("liveness.quiet", "must be more than 0 and less than liveness.window"));
+        }
+        if self.stream.duplicate_window < l.window * 2 {
+            return Err(bad("stream.duplicate_window", "must be at least twice liveness.window, or a retry could be stored twice"));
+        }
+        let max = cluster_size.map_or(5, |n| n.min(5));
+        let s = &self.stream;
+        if s.initial_replicas == 0 || s.initial_replicas > 5 {
+            return Err(bad("stream.initial_replicas", "must be 1 ..= 5"));
+        }
+        let c = &self.scale;
+        if let Some(r) = c.replicas.iter().find(|r| **r == 0 || **r > max) {
+            return Err(bad("scale.replicas", format!("{r} is outside 1 ..= {max}")));
+        }
+        if c.interval_min > c.interval_max {
+            return Err(bad("scale.interval_min", "must not exceed scale.interval_max"));
+        }
+        for (field, v) in [
+            ("scale.back_to_back_probability", c.back_to_back_probability),
+            ("scale.wait_settled_probability", c.wait_settled_probability),
+        ] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(bad(field, "must be within 0 ..= 1"));
+            }
+        }
+        if self.report.progress_interval.is_zero() {
+            return Err(bad("report.progress_interval", "must be more than 0"));
+        }
+        Ok(())
+    }
+
+    /// The replica counts the scaler picks from for a cluster of `cluster_size` nodes.
+    pub fn scale_choices(&self, cluster_size: usize) -> Vec<usize> {
+        if self.scale.replicas.is_empty() {
+            (1..=cluster_size.clamp(1, 5)).collect()
+        } else {
+            self.scale.replicas.clone()
+        }
+    }
+
+    pub fn window(&self) -> properties::liveness::WindowConfig {
+        properties::liveness::WindowConfig {
+            window: self.liveness.window,
+            quiet: self.liveness.quiet,
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documented_file_matches_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/workload.toml");
+        assert_eq!(Config::load(Some(&path)).unwrap(), Config::default());
+        Config::default().validate(Some(3)).unwrap();
+    }
+
+    #[test]
+    fn invalid_values_name_their_field() {
+        let mut c = Config::default();
+        c.liveness.quiet = c.liveness.window;
+        assert_eq!(c.validate(None).unwrap_err().field, "liveness.quiet");
+        let mut c = Config::default();
+        c.scale.replicas = vec![1, 4];
+        assert_eq!(c.validate(Some(3)).unwrap_err().field, "scale.replicas");
+        let mut c = Config::default();
+        c.stream.duplicate_window = Duration::from_secs(60);
+        assert_eq!(c.validate(None).unwrap_err().field, "stream.duplicate_window");
+        assert!(toml::from_str::<Config>("[publish]\npayload = 3").is_err(), "unknown fields are refused");
+    }
+}

@@ -1,0 +1,4 @@
+//! The tasks that act on the cluster while a run goes on.
+pub mod publisher;
+pub mod reader;
+pub mod scaler;

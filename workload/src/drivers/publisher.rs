@@ -1,0 +1,156 @@
+//! The ordered publisher.
+//!
+//! Message `i` goes out with `Nats-Msg-Id` `<run>-i`, its deterministic payload, the
+//! payload's sha256 and `expected_last_sequence = i - 1`. Up to `in_flight` publishes
+//! await their acks; acks are judged strictly in send order by the
+//! [`PublishLedger`]. On anything but a clean ack the publisher drops what is in flight and
+//! rewinds to the first unconfirmed message, resending the same ids: the dedup window turns
+//! a retry of a stored message into a duplicate ack carrying its original sequence.
+
+use crate::sdk;
+use crate::state::{Ctx, Stats};
+use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
+use async_nats::jetstream::{self, message::PublishMessage};
+use bytes::Bytes;
+use properties::payload::{checksum, CHECKSUM_HEADER};
+use properties::publish::{AckVerdict, PublishLedger};
+use properties::Property;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Why the first unconfirmed message must be sent again.
+struct Failure {
+    error: String,
+    kind: Option<PublishErrorKind>,
+}
+
+pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
+    let client = ctx.connect("publisher").await?;
+    let js = jetstream::ContextBuilder::new().timeout(ctx.cfg.publish.ack_timeout).build(client);
+    let mut ledger = PublishLedger::new();
+    let mut in_flight: VecDeque<(u64, PublishAckFuture)> = VecDeque::new();
+    let mut next_send = 1u64;
+    let mut window = None;
+
+    while !ctx.cancel.is_cancelled() {
+        let failure = match fill(&ctx, &js, &ledger, &mut in_flight, &mut next_send).await {
+            Err(f) => f,
+            Ok(()) => {
+                let Some((index, ack)) = in_flight.pop_front() else { continue };
+                let reply = tokio::select! {
+                    _ = ctx.cancel.cancelled() => break,
+                    reply = ack => reply,
+                };
+                match judge(&ctx, &mut ledger, index, reply) {
+                    None => {
+                        if let Some(w) = window.take() {
+                            crate::retry::OpenWindow::succeeded(w);
+                        }
+                        continue;
+                    }
+                    Some(f) => f,
+                }
+            }
+        };
+        // Rewind: everything after the first unconfirmed message is sent again.
+        Stats::add(&ctx.stats.publish_failures, 1);
+        Stats::add(&ctx.stats.rewinds, 1);
+        in_flight.clear();
+        next_send = ledger.next_index();
+        match failure.kind {
+            Some(PublishErrorKind::StreamNotFound) => sdk::hold(Property::PublishRetriedAfterNoResponders),
+            Some(PublishErrorKind::TimedOut) => sdk::hold(Property::PublishRetriedAfterTimeout),
+            _ if failure.error.contains("10158") => sdk::hold(Property::PublishRetriedWhileInProcess),
+            _ => {}
+        }
+        tracing::debug!(index = next_send, error = %failure.error, "publish failed; resending from the first unconfirmed message");
+        let w = window.get_or_insert_with(|| ctx.live.open("publish", Property::PublishEventuallyAcked));
+        if !w.failed(&failure.error, &ctx.cancel).await {
+            Stats::add(&ctx.stats.liveness_windows_expired, 1);
+            window = None;
+        }
+    }
+    Ok(())
+}
+
+/// Sends until `in_flight` publishes await their acks.
+async fn fill(
+    ctx: &Ctx,
+    js: &jetstream::Context,
+    ledger: &PublishLedger,
+    in_flight: &mut VecDeque<(u64, PublishAckFuture)>,
+    next_send: &mut u64,
+) -> Result<(), Failure> {
+    while in_flight.len() < ctx.cfg.publish.in_flight && !ctx.cancel.is_cancelled() {
+        let index = *next_send;
+        let payload = ctx.run.payload(index);
+        let mut msg = PublishMessage::build()
+            .message_id(ctx.run.msg_id(index))
+            .header(CHECKSUM_HEADER, checksum(&payload).as_str())
+            .payload(Bytes::from(payload));
+        if ctx.cfg.publish.expected_last_sequence {
+            // In order, index i lives at sequence i: its predecessor is the stream's last.
+            let expected_last = ledger.last_acked_seq() + (index - ledger.next_index());
+            msg = msg.expected_last_sequence(expected_last);
+        }
+        let ack = js
+            .send_publish(ctx.subject.clone(), msg)
+            .await
+            .map_err(|e| Failure { error: e.to_string(), kind: Some(e.kind()) })?;
+        in_flight.push_back((index, ack));
+        *next_send += 1;
+    }
+    Ok(())
+}
+
+/// Judges the reply to the oldest publish in flight. `None`: confirmed, go on.
+fn judge(
+    ctx: &Ctx,
+    ledger: &mut PublishLedger,
+    index: u64,
+    reply: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
+) -> Option<Failure> {
+    let ack = match reply {
+        Ok(ack) => ack,
+        Err(e) => {
+            if e.kind() == PublishErrorKind::WrongLastSequence {
+                if let Some(last) = reported_last_sequence(&e) {
+                    if let Some(v) = ledger.on_wrong_last_sequence(index, last) {
+                        sdk::violation(&v);
+                    }
+                }
+            }
+            let error = match std::error::Error::source(&e) {
+                Some(src) => format!("{e}: {src}"),
+                None => e.to_string(),
+            };
+            return Some(Failure { error, kind: Some(e.kind()) });
+        }
+    };
+    if ack.stream != ctx.stream {
+        // Another stream captured our subject: nothing about ours can be concluded.
+        return Some(Failure { error: format!("ack from stream {:?}, not {:?}", ack.stream, ctx.stream), kind: None });
+    }
+    match ledger.on_ack(index, ack.sequence, ack.duplicate) {
+        AckVerdict::Fresh => sdk::hold(Property::PublishAckGapFree),
+        AckVerdict::Duplicate => {
+            Stats::add(&ctx.stats.duplicate_acks, 1);
+            sdk::hold(Property::PublishDuplicateAckOriginalSequence);
+            sdk::hold(Property::PublishRetryGotDuplicateAck);
+        }
+        AckVerdict::Unknown => {
+            return Some(Failure { error: "duplicate ack without a sequence (original still in flight)".into(), kind: None })
+        }
+        AckVerdict::Violation(v) => sdk::violation(&v),
+    }
+    Stats::add(&ctx.stats.acked, 1);
+    ctx.stats.last_acked_seq.store(ledger.last_acked_seq(), std::sync::atomic::Ordering::Relaxed);
+    None
+}
+
+/// The stream's last sequence named in a 10071 rejection ("wrong last sequence: 42").
+fn reported_last_sequence(e: &jetstream::context::PublishError) -> Option<u64> {
+    let text = std::error::Error::source(e)?.to_string();
+    let rest = text.split("wrong last sequence:").nth(1)?;
+    rest.trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}

@@ -1,0 +1,186 @@
+//! The random replica scaler and the stream monitor.
+//!
+//! The scaler sends the stream's whole config back with a random replica count, sometimes
+//! a second different count right away, and sometimes waits for the change to settle
+//! (leader present, followers current, no pending desired state, every node's `/healthz`
+//! green), timing it. The monitor looks at the stream every two seconds: it must exist and
+//! hold at least every acknowledged message, each judged only when confirmed over time.
+
+use crate::cluster::{http_client, unhealthy};
+use crate::jsapi::{self, ApiError, StreamInfo};
+use crate::sdk;
+use crate::state::{Ctx, Stats};
+use properties::confirm::{Confirm, Confirmation};
+use properties::scale::settled;
+use properties::Property;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
+    let client = ctx.connect("scaler").await?;
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5CA1E);
+    let choices = ctx.cfg.scale_choices(ctx.cluster_size);
+    let timeout = ctx.api_timeout();
+    let (lo, hi) = (ctx.cfg.scale.interval_min, ctx.cfg.scale.interval_max);
+    while !ctx.cancel.is_cancelled() {
+        let pause = lo + (hi - lo).mul_f64(rng.gen::<f64>());
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let mut target = choices[rng.gen_range(0..choices.len())];
+        let Some(from) = scale(&ctx, &client, target, timeout).await else { break };
+        note_transition(from, target);
+        if choices.len() > 1 && rng.gen_bool(ctx.cfg.scale.back_to_back_probability) {
+            let first = target;
+            while target == first {
+                target = choices[rng.gen_range(0..choices.len())];
+            }
+            if scale(&ctx, &client, target, timeout).await.is_none() {
+                break;
+            }
+            sdk::hold(Property::ScaleRequestedBackToBack);
+            note_transition(first, target);
+        }
+        if rng.gen_bool(ctx.cfg.scale.wait_settled_probability) {
+            wait_settled(&ctx, &client, target).await;
+        }
+    }
+    Ok(())
+}
+
+fn note_transition(from: usize, to: usize) {
+    if from > 1 && to == 1 {
+        sdk::hold(Property::StreamScaledDownToR1);
+    }
+    if from == 1 && to > 1 {
+        sdk::hold(Property::StreamScaledUpFromR1);
+    }
+}
+
+/// Requests `replicas`, retrying within liveness windows. Returns the count configured
+/// before, or `None` when cancelled.
+async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout: Duration) -> Option<usize> {
+    let attempt = || async {
+        let info = jsapi::stream_info(client, &ctx.stream, timeout).await?;
+        let before = info.view.config.num_replicas;
+        jsapi::set_replicas(client, &ctx.stream, info.raw["config"].clone(), replicas, timeout).await?;
+        Ok::<_, ApiError>(before)
+    };
+    let before = ctx.live.retry("scale request", Property::ScaleEventuallySettles, &ctx.cancel, attempt).await?;
+    Stats::add(&ctx.stats.scale_requests, 1);
+    ctx.stats.replicas.store(replicas as u64, Relaxed);
+    tracing::debug!(from = before, to = replicas, "scale requested");
+    Some(before)
+}
+
+/// Waits until the stream has settled at `replicas` and every node is healthy.
+pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usize) -> bool {
+    let started = Instant::now();
+    let http = http_client();
+    let check = || async {
+        let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
+        settled(&info.view, replicas)?;
+        let sick = unhealthy(&http, &ctx.monitor_urls).await;
+        if !sick.is_empty() {
+            return Err(format!("not healthy: {}", sick.join(", ")));
+        }
+        Ok(())
+    };
+    if ctx.live.retry("scale settle", Property::ScaleEventuallySettles, &ctx.cancel, check).await.is_none() {
+        return false;
+    }
+    let ms = started.elapsed().as_millis() as u64;
+    Stats::add(&ctx.stats.scales_settled, 1);
+    Stats::add(&ctx.stats.settle_ms_total, ms);
+    ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
+    sdk::hold(Property::ScaleWaitedUntilSettled);
+    true
+}
+
+/// Watches the stream: it must keep existing and never fall below the last ack.
+pub async fn monitor(ctx: Arc<Ctx>) -> anyhow::Result<()> {
+    let client = ctx.connect("monitor").await?;
+    let hold = ctx.cfg.liveness.quiet;
+    let mut missing = Confirm::new(hold, 3);
+    let mut short = Confirm::new(hold, 3);
+    while !ctx.cancel.is_cancelled() {
+        let acked_before = Stats::get(&ctx.stats.last_acked_seq);
+        let answer = jsapi::stream_info(&client, &ctx.stream, ctx.api_timeout()).await;
+        observe_stream(&ctx, &answer, acked_before, &mut missing, &mut short);
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
+    Ok(())
+}
+
+/// What one look at the stream showed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Look {
+    /// The stream exists and covers every ack.
+    Whole,
+    /// Missing or short, not yet for long enough to judge.
+    Pending,
+    /// Missing or short for long enough: reported.
+    Reported,
+    /// No answer: nothing judged.
+    Unobserved,
+}
+
+/// Feeds one stream-info answer to the two confirmations and reports what they confirm.
+pub fn observe_stream(
+    ctx: &Ctx,
+    answer: &Result<StreamInfo, ApiError>,
+    acked_before: u64,
+    missing: &mut Confirm,
+    short: &mut Confirm,
+) -> Look {
+    let now = ctx.live.now();
+    let not_found = matches!(answer, Err(e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND));
+    if not_found {
+        if let Confirmation::Confirmed { bad_for } = missing.observe(now, true) {
+            sdk::check(Property::StreamNeverDisappears, false, &json!({
+                "stream": ctx.stream, "not_found_for_s": bad_for.as_secs_f64(), "last_acked_seq": acked_before }));
+            missing.reset();
+            return Look::Reported;
+        }
+        if missing.bad_count() == 1 {
+            ctx.live.quiet.request(ctx.cfg.liveness.quiet); // judge it in a fault-free stretch
+        }
+        return Look::Pending;
+    }
+    let Ok(info) = answer else { return Look::Unobserved };
+    missing.observe(now, false);
+    sdk::hold(Property::StreamNeverDisappears);
+    if let Some(cluster) = &info.view.cluster {
+        if let (Some(leader), Ok(mut l)) = (&cluster.leader, ctx.stats.leader.lock()) {
+            l.clone_from(leader);
+        }
+    }
+    let state = &info.view.state;
+    let covers = state.last_seq >= acked_before && state.messages >= acked_before;
+    match short.observe(now, !covers) {
+        Confirmation::Confirmed { bad_for } => {
+            sdk::check(Property::StreamStateCoversAcks, false, &json!({
+                "last_seq": state.last_seq, "messages": state.messages, "last_acked_seq": acked_before,
+                "below_for_s": bad_for.as_secs_f64() }));
+            short.reset();
+            Look::Reported
+        }
+        Confirmation::Pending => {
+            if short.bad_count() == 1 {
+                ctx.live.quiet.request(ctx.cfg.liveness.quiet);
+            }
+            Look::Pending
+        }
+        Confirmation::Good => {
+            sdk::hold(Property::StreamStateCoversAcks);
+            Look::Whole
+        }
+    }
+}

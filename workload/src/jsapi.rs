@@ -1,0 +1,118 @@
+//! Raw JetStream API requests, with the server's error codes kept.
+//!
+//! Stream management goes through here rather than async-nats's typed helpers because the
+//! checks need what those hide: the numeric error code (stream not found vs. a timeout),
+//! the whole stream config to send back on update, and 2.15's `cluster.desired` block.
+
+use async_nats::Client;
+use bytes::Bytes;
+use properties::scale::StreamInfoView;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+pub const STREAM_NOT_FOUND: u64 = 10059;
+pub const NO_MESSAGE_FOUND: u64 = 10037;
+pub const STREAM_NAME_IN_USE: u64 = 10058;
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("request timed out")]
+    Timeout,
+    #[error("no responders")]
+    NoResponders,
+    #[error("request failed: {0}")]
+    Transport(String),
+    #[error("server error {err_code} ({code}): {description}")]
+    Server { code: u64, err_code: u64, description: String },
+    #[error("unexpected reply: {0}")]
+    Decode(String),
+}
+
+impl ApiError {
+    pub fn err_code(&self) -> Option<u64> {
+        match self {
+            ApiError::Server { err_code, .. } => Some(*err_code),
+            _ => None,
+        }
+    }
+}
+
+/// One request to `$JS.API.<api>`, answered with the reply's JSON or the server's error.
+pub async fn request(client: &Client, api: &str, body: &Value, timeout: Duration) -> Result<Value, ApiError> {
+    let payload = if body.is_null() { Bytes::new() } else { Bytes::from(body.to_string()) };
+    let reply = match tokio::time::timeout(timeout, client.request(format!("$JS.API.{api}"), payload)).await {
+        Err(_) => return Err(ApiError::Timeout),
+        Ok(Err(e)) => {
+            return Err(match e.kind() {
+                async_nats::RequestErrorKind::TimedOut => ApiError::Timeout,
+                async_nats::RequestErrorKind::NoResponders => ApiError::NoResponders,
+                _ => ApiError::Transport(e.to_string()),
+            })
+        }
+        Ok(Ok(m)) => m,
+    };
+    let value: Value = serde_json::from_slice(&reply.payload).map_err(|e| ApiError::Decode(e.to_string()))?;
+    if let Some(err) = value.get("error") {
+        return Err(ApiError::Server {
+            code: err.get("code").and_then(Value::as_u64).unwrap_or(0),
+            err_code: err.get("err_code").and_then(Value::as_u64).unwrap_or(0),
+            description: err.get("description").and_then(Value::as_str).unwrap_or("").to_string(),
+        });
+    }
+    Ok(value)
+}
+
+/// A stream's info: the parsed view the checks use, and the raw reply (for its config).
+pub struct StreamInfo {
+    pub view: StreamInfoView,
+    pub raw: Value,
+}
+
+pub async fn stream_info(client: &Client, stream: &str, timeout: Duration) -> Result<StreamInfo, ApiError> {
+    let raw = request(client, &format!("STREAM.INFO.{stream}"), &Value::Null, timeout).await?;
+    let view = serde_json::from_value(raw.clone()).map_err(|e| ApiError::Decode(e.to_string()))?;
+    Ok(StreamInfo { view, raw })
+}
+
+/// The config this workload creates its stream with.
+pub fn stream_config(stream: &str, subject: &str, replicas: usize, duplicate_window: Duration) -> Value {
+    json!({
+        "name": stream,
+        "subjects": [subject],
+        "retention": "limits",
+        "storage": "file",
+        "discard": "old",
+        "num_replicas": replicas,
+        "duplicate_window": duplicate_window.as_nanos() as u64,
+        "max_msgs": -1, "max_bytes": -1, "max_age": 0, "max_msgs_per_subject": -1, "max_msg_size": -1,
+    })
+}
+
+/// Creates the stream; a create whose first reply was lost finds it in place, which counts.
+pub async fn create_stream(client: &Client, config: &Value, timeout: Duration) -> Result<(), ApiError> {
+    let name = config["name"].as_str().unwrap_or_default();
+    match request(client, &format!("STREAM.CREATE.{name}"), config, timeout).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.err_code() == Some(STREAM_NAME_IN_USE) => {
+            // Only ours if it has our subject; anything else is a clash the user must fix.
+            let info = stream_info(client, name, timeout).await?;
+            if info.raw["config"]["subjects"] == config["subjects"] { Ok(()) } else { Err(e) }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends the stream's own config back with another replica count.
+pub async fn set_replicas(client: &Client, stream: &str, mut config: Value, replicas: usize, timeout: Duration) -> Result<(), ApiError> {
+    config["num_replicas"] = json!(replicas);
+    request(client, &format!("STREAM.UPDATE.{stream}"), &config, timeout).await.map(|_| ())
+}
+
+/// Whether sequence `seq` is in the stream (asks the leader, not a replica).
+pub async fn message_present(client: &Client, stream: &str, seq: u64, timeout: Duration) -> Result<bool, ApiError> {
+    match request(client, &format!("STREAM.MSG.GET.{stream}"), &json!({ "seq": seq }), timeout).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.err_code() == Some(NO_MESSAGE_FOUND) => Ok(false),
+        Err(e) => Err(e),
+    }
+}

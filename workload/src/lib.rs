@@ -1,0 +1,10 @@
+pub mod config;
+pub mod sdk;
+pub mod faults;
+pub mod jsapi;
+pub mod retry;
+pub mod cluster;
+pub mod drivers;
+pub mod state;
+pub mod report;
+pub mod run;

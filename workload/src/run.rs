@@ -1,0 +1,215 @@
+//! One run: set up the stream, drive publisher, reader, scaler and monitor for the
+//! duration, stop them, then verify everything acknowledged with faults paused.
+
+use crate::cluster::{http_client, unhealthy};
+use crate::config::Config;
+use crate::drivers::{publisher, reader, scaler};
+use crate::faults::QuietRequests;
+use crate::jsapi;
+use crate::retry::Liveness;
+use crate::sdk;
+use crate::state::{Ctx, Stats};
+use properties::confirm::Confirm;
+use properties::payload::RunMessages;
+use properties::Property;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+pub struct RunSpec {
+    pub cfg: Config,
+    pub servers: Vec<String>,
+    pub monitor_urls: Vec<String>,
+    pub cluster_size: usize,
+    pub seed: u64,
+    pub run_id: String,
+    pub duration: Duration,
+}
+
+/// What a finished run hands to the report.
+pub struct Finished {
+    pub ctx: Arc<Ctx>,
+    pub elapsed: Duration,
+    /// Whether the final verification ran to its end.
+    pub final_read_complete: bool,
+}
+
+/// The stream and subject of a run.
+pub fn names(run_id: &str) -> (String, String) {
+    (format!("WORKLOAD_{run_id}"), format!("workload.{run_id}"))
+}
+
+pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finished> {
+    let started = Instant::now();
+    let (stream, subject) = names(&spec.run_id);
+    let live = Liveness { cfg: spec.cfg.window(), origin: started, quiet: QuietRequests::default(), give_up: false };
+    let ctx = Arc::new(Ctx {
+        run: RunMessages::new(&spec.run_id, spec.seed, spec.cfg.publish.payload_size),
+        cfg: spec.cfg,
+        stream,
+        subject,
+        servers: spec.servers,
+        monitor_urls: spec.monitor_urls,
+        cluster_size: spec.cluster_size,
+        live,
+        cancel: stop.child_token(),
+        stats: Arc::new(Stats::default()),
+    });
+
+    if !setup(&ctx).await? {
+        return Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete: false });
+    }
+
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(publisher::run(ctx.clone()));
+    let c = ctx.clone();
+    tasks.spawn(async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) });
+    if ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
+        tasks.spawn(scaler::run(ctx.clone(), spec.seed));
+    }
+    tasks.spawn(scaler::monitor(ctx.clone()));
+    tasks.spawn(progress(ctx.clone(), started));
+
+    tokio::select! {
+        _ = tokio::time::sleep(spec.duration) => tracing::info!("duration reached; stopping drivers"),
+        _ = stop.cancelled() => tracing::info!("stop requested; stopping drivers"),
+    }
+    ctx.cancel.cancel();
+    while let Some(res) = tasks.join_next().await {
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!("driver ended with an error: {e:#}"),
+            Err(e) => tracing::error!("driver task failed: {e}"),
+        }
+    }
+
+    let final_read_complete = final_verification(&ctx).await?;
+    Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete })
+}
+
+/// Healthy cluster and the stream in place, each within a liveness window; then
+/// `setup_complete`. False when stopped before that.
+async fn setup(ctx: &Ctx) -> anyhow::Result<bool> {
+    let client = ctx.connect("setup").await?;
+    if !wait_healthy(ctx, &ctx.cancel).await {
+        return Ok(false);
+    }
+    let replicas = ctx.cfg.stream.initial_replicas.min(ctx.cluster_size).max(1);
+    let config = jsapi::stream_config(&ctx.stream, &ctx.subject, replicas, ctx.cfg.stream.duplicate_window);
+    let create = || jsapi::create_stream(&client, &config, ctx.api_timeout());
+    if ctx.live.retry("create stream", Property::ClusterEventuallyHealthy, &ctx.cancel, create).await.is_none() {
+        return Ok(false);
+    }
+    ctx.stats.replicas.store(replicas as u64, std::sync::atomic::Ordering::Relaxed);
+    sdk::setup_complete(&json!({ "stream": ctx.stream, "replicas": replicas, "servers": ctx.servers }));
+    tracing::info!(stream = %ctx.stream, replicas, "setup complete");
+    Ok(true)
+}
+
+/// Every known node answers `/healthz` with 200, within a liveness window.
+async fn wait_healthy(ctx: &Ctx, cancel: &CancellationToken) -> bool {
+    let http = http_client();
+    let check = || async {
+        let sick = unhealthy(&http, &ctx.monitor_urls).await;
+        if sick.is_empty() { Ok(()) } else { Err(format!("not healthy: {}", sick.join(", "))) }
+    };
+    ctx.live.retry("cluster health", Property::ClusterEventuallyHealthy, cancel, check).await.is_some()
+}
+
+/// With faults paused: the cluster heals, the stream still covers every ack, the last
+/// requested replica count settles, and a full read verifies 1 ..= last ack.
+async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
+    let cancel = CancellationToken::new();
+    let last_acked = Stats::get(&ctx.stats.last_acked_seq);
+    tracing::info!(last_acked, "final verification");
+    ctx.live.quiet.request(ctx.cfg.liveness.window);
+    let final_ctx = ctx_for_final(ctx, &cancel);
+    if !wait_healthy(&final_ctx, &cancel).await {
+        return Ok(false);
+    }
+    let client = ctx.connect("final").await?;
+    // The stream must exist and cover the acks; a few looks, since the last faults may
+    // have just healed (a stale answer is not a verdict).
+    let (mut missing, mut short) = (Confirm::new(Duration::from_secs(5), 3), Confirm::new(Duration::from_secs(5), 3));
+    let mut window = ctx.live.open("final stream state", Property::ClusterEventuallyHealthy);
+    loop {
+        let answer = jsapi::stream_info(&client, &ctx.stream, ctx.api_timeout()).await;
+        match scaler::observe_stream(ctx, &answer, last_acked, &mut missing, &mut short) {
+            scaler::Look::Whole | scaler::Look::Reported => break,
+            scaler::Look::Pending => tokio::time::sleep(Duration::from_secs(1)).await,
+            scaler::Look::Unobserved => {
+                let error = answer.err().map(|e| e.to_string()).unwrap_or_default();
+                if !window.failed(&error, &cancel).await {
+                    break;
+                }
+            }
+        }
+    }
+    if ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
+        let replicas = Stats::get(&ctx.stats.replicas) as usize;
+        scaler::wait_settled(&final_ctx, &client, replicas).await;
+    }
+    let next = reader::read(&final_ctx, reader::Until::Seq(last_acked), &ctx.stats.final_verified).await?;
+    let complete = next > last_acked;
+    if complete && Stats::get(&ctx.stats.final_verified) >= last_acked {
+        sdk::hold(Property::AckedMessageNeverLost); // every ack read back, verified
+    }
+    Ok(complete)
+}
+
+/// The run's context with a fresh stop signal: the drivers' one is already cancelled.
+fn ctx_for_final(ctx: &Arc<Ctx>, cancel: &CancellationToken) -> Ctx {
+    Ctx {
+        cfg: ctx.cfg.clone(),
+        run: ctx.run.clone(),
+        stream: ctx.stream.clone(),
+        subject: ctx.subject.clone(),
+        servers: ctx.servers.clone(),
+        monitor_urls: ctx.monitor_urls.clone(),
+        cluster_size: ctx.cluster_size,
+        live: Liveness { give_up: true, ..ctx.live.clone() },
+        cancel: cancel.clone(),
+        stats: ctx.stats.clone(),
+    }
+}
+
+/// A progress line every `report.progress_interval`.
+async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
+    let every = ctx.cfg.report.progress_interval;
+    let (mut acked0, mut verified0) = (0, 0);
+    loop {
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(every) => {}
+        }
+        let s = &ctx.stats;
+        let (acked, verified) = (Stats::get(&s.acked), Stats::get(&s.verified));
+        let secs = every.as_secs_f64();
+        let leader = s.leader.lock().map(|l| l.clone()).unwrap_or_default();
+        tracing::info!(
+            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} failed={} rss={}MiB",
+            started.elapsed().as_secs_f64(),
+            acked,
+            (acked - acked0) as f64 / secs,
+            verified,
+            (verified - verified0) as f64 / secs,
+            Stats::get(&s.last_acked_seq).saturating_sub(verified),
+            Stats::get(&s.replicas),
+            leader,
+            Stats::get(&s.rewinds),
+            Stats::get(&s.consumer_recreates),
+            Stats::get(&s.scale_requests),
+            sdk::failures_so_far(),
+            rss_mib().map_or("?".into(), |m| format!("{m:.1}")),
+        );
+        (acked0, verified0) = (acked, verified);
+    }
+}
+
+/// Resident set size of this process, from /proc.
+pub fn rss_mib() -> Option<f64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096.0 / (1024.0 * 1024.0))
+}

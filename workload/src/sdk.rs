@@ -1,0 +1,126 @@
+//! The only module that calls the Antithesis SDK.
+//!
+//! Every property gets exactly one assertion call site, generated from the catalog, so the
+//! message (the property's identity) is always the catalog's constant. Each evaluation is
+//! also tallied here, because the SDK emits only the first pass and first failure of a call
+//! site; the tally feeds `report.json`.
+
+use properties::{for_each_property, Kind, Property, Violation};
+use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+/// Per-property counts, indexed by `Property::index()`.
+pub struct Tally {
+    held: Vec<AtomicU64>,
+    failed: Vec<AtomicU64>,
+    first_failure: Mutex<Vec<Option<Value>>>,
+}
+
+static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
+    let n = Property::ALL.len();
+    Tally {
+        held: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        first_failure: Mutex::new(vec![None; n]),
+    }
+});
+
+/// Counts of one property, for the report.
+#[derive(Clone, Debug)]
+pub struct Counts {
+    pub held: u64,
+    pub failed: u64,
+    pub first_failure: Option<Value>,
+}
+
+pub fn counts(p: Property) -> Counts {
+    let first_failure = TALLY.first_failure.lock().map(|f| f[p.index()].clone()).unwrap_or(None);
+    Counts { held: TALLY.held[p.index()].load(Relaxed), failed: TALLY.failed[p.index()].load(Relaxed), first_failure }
+}
+
+/// Number of verdict-deciding failures so far (for progress lines).
+pub fn failures_so_far() -> u64 {
+    Property::ALL.iter().filter(|p| p.decides_verdict()).map(|p| TALLY.failed[p.index()].load(Relaxed)).sum()
+}
+
+macro_rules! emit_one {
+    (always, $cond:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always!($cond, $msg, $details) };
+    (eventually, $cond:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always!($cond, $msg, $details) };
+    (sometimes, $cond:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_sometimes!($cond, $msg, $details) };
+    (reachable, $cond:expr, $msg:expr, $details:expr) => { if $cond { antithesis_sdk::assert_reachable!($msg, $details) } };
+    (unreachable, $cond:expr, $msg:expr, $details:expr) => { if $cond { antithesis_sdk::assert_unreachable!($msg, $details) } };
+}
+
+macro_rules! define_emit {
+    ($( ($variant:ident, $kind:ident, $id:literal, $sentence:literal) )*) => {
+        /// One SDK call site per property; `cond` is "held" for always/eventually/sometimes
+        /// and "reached" for reachable/unreachable.
+        fn emit(p: Property, cond: bool, details: &Value) {
+            match p {
+                $( Property::$variant => emit_one!($kind, cond, Property::$variant.message(), details), )*
+            }
+        }
+    };
+}
+
+for_each_property!(define_emit);
+
+/// Evaluates a property: `held` is whether it held (always, eventually, sometimes) or was
+/// reached (reachable, unreachable).
+pub fn check(p: Property, held: bool, details: &Value) {
+    emit(p, held, details);
+    let failed = match p.kind() {
+        Kind::Always | Kind::Eventually => !held,
+        Kind::Unreachable => held,
+        Kind::Sometimes | Kind::Reachable => false,
+    };
+    if failed {
+        let n = TALLY.failed[p.index()].fetch_add(1, Relaxed);
+        if n == 0 {
+            if let Ok(mut f) = TALLY.first_failure.lock() {
+                f[p.index()] = Some(details.clone());
+            }
+        }
+        // The first few of each property in full, then a sample, so a flood stays readable.
+        if n < 5 || n.is_power_of_two() {
+            tracing::error!(property = p.id(), failures = n + 1, %details, "PROPERTY FAILED");
+        }
+    } else if held {
+        TALLY.held[p.index()].fetch_add(1, Relaxed);
+    }
+}
+
+/// The property held (or the path was reached); no details.
+pub fn hold(p: Property) {
+    check(p, true, &Value::Null);
+}
+
+pub fn violation(v: &Violation) {
+    check(v.property, false, &v.details);
+}
+
+/// Starts the SDK. Must run before any other thread exists: it may set the variable that
+/// points the SDK's local output at `sdk_jsonl`.
+pub fn init(sdk_jsonl: Option<&std::path::Path>) {
+    if let Some(path) = sdk_jsonl {
+        if std::env::var_os("ANTITHESIS_SDK_LOCAL_OUTPUT").is_none() {
+            std::env::set_var("ANTITHESIS_SDK_LOCAL_OUTPUT", path);
+        }
+    }
+    antithesis_sdk::antithesis_init();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        check(Property::WorkloadNeverPanics, true, &serde_json::json!({ "panic": info.to_string() }));
+        default_hook(info);
+    }));
+}
+
+/// `setup_complete`, once per process.
+pub fn setup_complete(details: &Value) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        antithesis_sdk::lifecycle::setup_complete(details);
+        hold(Property::SetupCompleted);
+    });
+}
