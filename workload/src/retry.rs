@@ -39,8 +39,9 @@ impl Liveness {
         OpenWindow { live: self, window: Window::open(self.cfg, self.now()), op, property }
     }
 
-    /// Runs `f` until it succeeds. Every window that runs out is reported as a failure of
-    /// `property`, and retrying goes on in a fresh window. `None` only when cancelled.
+    /// Runs `f` until it succeeds; the success holds `property`. Every window that runs out
+    /// is reported as a failure of `property`, and retrying goes on in a fresh window (or,
+    /// with `give_up`, ends). `None` when cancelled or given up. Not for per-message paths.
     pub async fn retry<T, E: Display, Fut: Future<Output = Result<T, E>>>(
         &self,
         op: &'static str,
@@ -55,8 +56,9 @@ impl Liveness {
             }
             match f().await {
                 Ok(t) => {
-                    if let Some(w) = window {
-                        w.succeeded();
+                    match window {
+                        Some(w) => w.succeeded(),
+                        None => sdk::check(property, true, &json!({ "op": op, "failures": 0 })),
                     }
                     return Some(t);
                 }

@@ -128,7 +128,7 @@ async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
     if !wait_healthy(&final_ctx, &cancel).await {
         return Ok(false);
     }
-    let client = ctx.connect("final").await?;
+    let client = final_ctx.connect("final").await?;
     // The stream must exist and cover the acks; a few looks, since the last faults may
     // have just healed (a stale answer is not a verdict).
     let (mut missing, mut short) = (Confirm::new(Duration::from_secs(5), 3), Confirm::new(Duration::from_secs(5), 3));
@@ -136,7 +136,12 @@ async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
     loop {
         let answer = jsapi::stream_info(&client, &ctx.stream, ctx.api_timeout()).await;
         match scaler::observe_stream(ctx, &answer, last_acked, &mut missing, &mut short) {
-            scaler::Look::Whole | scaler::Look::Reported => break,
+            scaler::Look::Whole => break,
+            scaler::Look::Reported if answer.is_err() => {
+                tracing::error!("the stream is gone: nothing left to read");
+                return Ok(false);
+            }
+            scaler::Look::Reported => break,
             scaler::Look::Pending => tokio::time::sleep(Duration::from_secs(1)).await,
             scaler::Look::Unobserved => {
                 let error = answer.err().map(|e| e.to_string()).unwrap_or_default();

@@ -1,0 +1,134 @@
+//! A real 3-node nats-server cluster and the real `workload` binary run against it.
+#![allow(dead_code)]
+
+use async_nats::jetstream;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use workload::cluster::{find_server, LocalCluster};
+use workload::jsapi;
+
+pub struct Harness {
+    pub cluster: LocalCluster,
+    pub dir: tempfile::TempDir,
+    pub run_id: String,
+    pub stream: String,
+    pub subject: String,
+}
+
+pub struct Finished {
+    pub report: Value,
+    pub status: std::process::ExitStatus,
+    pub out: PathBuf,
+}
+
+impl Finished {
+    /// Ids of the verdict-deciding properties that failed.
+    pub fn failed(&self) -> BTreeSet<String> {
+        self.report["failed"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    }
+
+    pub fn property(&self, id: &str) -> &Value {
+        self.report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()
+    }
+
+    pub fn counter(&self, name: &str) -> u64 {
+        self.report["counters"][name].as_u64().unwrap()
+    }
+
+    /// `target` failed, and nothing outside `allowed` (the defect's known side effects) did.
+    pub fn assert_failed(&self, target: &str, allowed: &[&str]) {
+        let failed = self.failed();
+        assert!(failed.contains(target), "{target} did not fail; failed: {failed:?}\nreport: {}", self.report);
+        let unexpected: Vec<_> = failed.iter().filter(|f| *f != target && !allowed.contains(&f.as_str())).collect();
+        assert!(unexpected.is_empty(), "unexpected failures {unexpected:?}\nreport: {}", self.report);
+        assert_eq!(self.report["verdict"], "fail");
+        assert_eq!(self.status.code(), Some(1), "exit code 1 for a failed property");
+        let first = &self.property(target)["first_failure"];
+        assert!(!first.is_null(), "the first failure of {target} carries its details");
+    }
+}
+
+impl Harness {
+    pub async fn start(name: &str) -> Harness {
+        let dir = tempfile::Builder::new().prefix(&format!("wl-{name}-")).tempdir().unwrap();
+        let bin = find_server(None).expect("nats-server (run scripts/install-nats-server)");
+        let mut cluster = LocalCluster::start(&bin, 3, &dir.path().join("cluster")).unwrap();
+        cluster.wait_healthy(Duration::from_secs(60)).await.unwrap();
+        let run_id = format!("t{}_{}", name, std::process::id());
+        let (stream, subject) = workload::run::names(&run_id);
+        Harness { cluster, dir, run_id, stream, subject }
+    }
+
+    pub async fn client(&self) -> async_nats::Client {
+        async_nats::connect(self.cluster.client_urls()).await.unwrap()
+    }
+
+    /// Starts `workload run` against this cluster with short liveness windows.
+    pub fn spawn(&self, duration: &str, extra: &[&str]) -> Child {
+        let out = self.dir.path().join("out");
+        Command::new(env!("CARGO_BIN_EXE_workload"))
+            .args(["run", "--servers", &self.cluster.client_urls().join(",")])
+            .args(["--monitor", &self.cluster.monitor_urls().join(",")])
+            .args(["--run-id", &self.run_id, "--seed", "42", "--duration", duration])
+            .args(["--liveness-window", "20s", "--liveness-quiet", "3s"])
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .env("RUST_LOG", "info,async_nats=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.path().join("workload.log")).unwrap())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits for the workload to exit (killing it after `limit`) and reads its report.
+    pub fn finish(&self, mut child: Child, limit: Duration) -> Finished {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("workload did not finish within {limit:?}; log: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let out = self.dir.path().join("out");
+        let text = std::fs::read_to_string(out.join("report.json"))
+            .unwrap_or_else(|e| panic!("no report ({e}); exit {status}; log: {}", self.log()));
+        Finished { report: serde_json::from_str(&text).unwrap(), status, out }
+    }
+
+    pub fn log(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("workload.log")).unwrap_or_default();
+        log.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Waits until the run's stream exists and holds at least `n` messages.
+    pub async fn wait_for_messages(&self, client: &async_nats::Client, n: u64) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(info) = jsapi::stream_info(client, &self.stream, Duration::from_secs(2)).await {
+                if info.view.state.last_seq >= n {
+                    return info.view.state.last_seq;
+                }
+            }
+            assert!(Instant::now() < deadline, "stream never reached {n} messages; log: {}", self.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Creates the run's stream beforehand, exactly as the workload would.
+    pub async fn precreate_stream(&self, client: &async_nats::Client) {
+        let cfg = jsapi::stream_config(&self.stream, &self.subject, 3, Duration::from_secs(300));
+        jsapi::create_stream(client, &cfg, Duration::from_secs(5)).await.unwrap();
+    }
+
+    pub fn jetstream(&self, client: &async_nats::Client) -> jetstream::Context {
+        jetstream::new(client.clone())
+    }
+}

@@ -1,0 +1,35 @@
+//! A correct server with the scaler running leaves every property green.
+
+mod common;
+
+use common::Harness;
+use std::time::Duration;
+
+fn assert_clean(done: &common::Finished) {
+    assert_eq!(done.report["verdict"], "pass", "{}", done.report);
+    assert!(done.status.success());
+    for id in ["publish-ack-gap-free", "read-sequence-gap-free", "read-content-matches-publish", "acked-message-never-lost", "stream-never-disappears"] {
+        assert_eq!(done.property(id)["status"], "passed", "{id}: {}", done.report);
+    }
+    assert_eq!(done.report["final_read_complete"], true);
+    assert_eq!(done.counter("final_verified"), done.counter("last_acked_seq"), "the final read covered every ack");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pipelined_run_with_scaling_holds_every_property() {
+    let h = Harness::start("healthy").await;
+    let done = h.finish(h.spawn("40s", &[]), Duration::from_secs(150));
+    assert_clean(&done);
+    assert!(done.counter("verified") > 5000, "thousands verified: {}", done.report["counters"]);
+    for id in ["stream-scaled-down-to-r1", "stream-scaled-up-from-r1", "scale-waited-until-settled"] {
+        assert_eq!(done.property(id)["status"], "passed", "{id} not exercised: {}", done.report);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_at_a_time_run_with_scaling_holds_every_property() {
+    let h = Harness::start("single").await;
+    let done = h.finish(h.spawn("20s", &["--in-flight", "1"]), Duration::from_secs(120));
+    assert_clean(&done);
+    assert!(done.counter("verified") > 500, "{}", done.report["counters"]);
+}
