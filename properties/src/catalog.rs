@@ -159,4 +159,17 @@ mod tests {
             assert_eq!(Property::ALL[p.index()], *p);
         }
     }
+
+    #[test]
+    fn readme_lists_every_property_with_its_kind() {
+        let readme = include_str!("../../README.md");
+        for p in Property::ALL {
+            let kind = serde_json::to_value(p.kind()).unwrap();
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with('|') && l.contains(p.id()))
+                .unwrap_or_else(|| panic!("README's property table lacks {}", p.id()));
+            assert!(row.contains(&format!("| {} |", kind.as_str().unwrap())), "README gives {} another kind", p.id());
+        }
+    }
 }

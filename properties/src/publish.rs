@@ -74,30 +74,55 @@ impl PublishLedger {
         verdict
     }
 
-    /// Judges a `WrongLastSequence` rejection of the oldest unconfirmed message, whose
+    /// Classifies a `WrongLastSequence` rejection of the oldest unconfirmed message, whose
     /// publish expected `last_acked_seq()` as the stream's last sequence. The server runs
-    /// the dedup check first, so a retry of a stored message never lands here.
-    pub fn on_wrong_last_sequence(&self, index: u64, reported_last: u64) -> Option<Violation> {
-        let last = self.last_acked_seq;
-        if reported_last < last {
-            // The stream ends before a message it acknowledged.
-            Some(Violation::new(
-                Property::AckedMessageNeverLost,
-                json!({ "index": index, "stream_last_seq": reported_last, "last_acked_seq": last,
-                        "observed_by": "publish rejected with wrong last sequence" }),
-            ))
-        } else if reported_last > last {
-            // Something the workload never had acknowledged sits at `last + 1`, and dedup
-            // did not recognise it as this id: a write that is not ours, or lost dedup state.
-            Some(Violation::new(
-                Property::PublishAckGapFree,
-                json!({ "index": index, "stream_last_seq": reported_last, "last_acked_seq": last,
-                        "observed_by": "the stream moved past the last ack without our write" }),
-            ))
-        } else {
-            None // a transient mismatch (the server's view caught up since); retry
+    /// the dedup check first, so a retry of a message it recognises never lands here.
+    pub fn on_wrong_last_sequence(&self, reported_last: u64) -> Rejection {
+        use std::cmp::Ordering::*;
+        match reported_last.cmp(&self.last_acked_seq) {
+            Equal => Rejection::Transient,
+            Less => Rejection::Behind,
+            Greater => Rejection::Ahead { seq: self.last_acked_seq + 1 },
         }
     }
+
+    /// A `Behind` answer that held for a whole confirmation period: the stream ends before
+    /// a message it acknowledged.
+    pub fn stream_behind(&self, index: u64, reported_last: u64, held_s: f64) -> Violation {
+        Violation::new(
+            Property::AckedMessageNeverLost,
+            json!({ "index": index, "stream_last_seq": reported_last, "last_acked_seq": self.last_acked_seq,
+                    "observed_by": "publishes rejected: the stream ends before the last ack", "held_s": held_s }),
+        )
+    }
+
+    /// Judges what occupies `seq` (the sequence after the last ack) after an `Ahead`
+    /// rejection of message `index`. The message itself there means dedup has not caught up
+    /// yet (seen on a freshly elected leader): retry. Anything else is a write that is not
+    /// the workload's, or a message out of place.
+    pub fn judge_occupant(&self, index: u64, seq: u64, occupant_index: Option<u64>, occupant_id: Option<&str>) -> Option<Violation> {
+        if occupant_index == Some(index) {
+            return None;
+        }
+        Some(Violation::new(
+            Property::PublishAckGapFree,
+            json!({ "index": index, "seq": seq, "last_acked_seq": self.last_acked_seq, "occupant_msg_id": occupant_id,
+                    "observed_by": "the stream moved past the last ack with a message that is not the next one" }),
+        ))
+    }
+}
+
+/// What a `WrongLastSequence` rejection says about the stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejection {
+    /// The stream's last sequence is the last ack: the server's view moved meanwhile; retry.
+    Transient,
+    /// The stream ends before the last ack. A deposed leader can say so for a moment;
+    /// only a confirmed answer is a violation ([`PublishLedger::stream_behind`]).
+    Behind,
+    /// Something sits at `seq` that was never acknowledged to the workload: look it up and
+    /// judge it ([`PublishLedger::judge_occupant`]).
+    Ahead { seq: u64 },
 }
 
 #[cfg(test)]
@@ -113,7 +138,7 @@ mod tests {
         assert_eq!(l.next_index(), 2);
         assert_eq!(l.on_ack(2, 2, true), AckVerdict::Duplicate);
         assert_eq!(l.on_ack(3, 3, false), AckVerdict::Fresh);
-        assert_eq!(l.on_wrong_last_sequence(4, 3), None);
+        assert_eq!(l.on_wrong_last_sequence(3), Rejection::Transient);
     }
 
     #[test]
@@ -134,20 +159,25 @@ mod tests {
         for i in 1..=5 {
             l.on_ack(i, i, false);
         }
-        assert_eq!(l.on_wrong_last_sequence(6, 2).unwrap().property, Property::AckedMessageNeverLost);
-        assert_eq!(l.on_wrong_last_sequence(6, 6).unwrap().property, Property::PublishAckGapFree);
+        assert_eq!(l.on_wrong_last_sequence(2), Rejection::Behind);
+        assert_eq!(l.stream_behind(6, 2, 30.0).property, Property::AckedMessageNeverLost);
+        assert_eq!(l.on_wrong_last_sequence(7), Rejection::Ahead { seq: 6 });
+        assert_eq!(l.judge_occupant(6, 6, Some(6), Some("r-6")), None, "our own message: dedup lagging");
+        assert_eq!(l.judge_occupant(6, 6, None, None).unwrap().property, Property::PublishAckGapFree);
+        assert_eq!(l.judge_occupant(6, 6, Some(7), Some("r-7")).unwrap().property, Property::PublishAckGapFree);
     }
 
     /// A simulated correct server: stores in order, dedups ids, checks the expected last
-    /// sequence after dedup, may lose acks (storing or not), and may answer a duplicate with
-    /// sequence 0. The publisher sends a window, judges replies in order and rewinds at the
+    /// sequence after dedup, may lose acks (storing or not), may answer a duplicate with
+    /// sequence 0 or miss it for a while (a new leader's dedup state lagging). The publisher sends a window, judges replies in order and rewinds at the
     /// first unclean one. No violation may ever be reported.
     #[derive(Clone, Debug)]
-    struct Round { window: u8, lose_ack_at: Option<u8>, store_lost: bool, unknown_dup: bool }
+    struct Round { window: u8, lose_ack_at: Option<u8>, store_lost: bool, unknown_dup: bool, dedup_blind: bool }
 
     fn round() -> impl Strategy<Value = Round> {
-        (1u8..8, proptest::option::of(0u8..8), any::<bool>(), any::<bool>())
-            .prop_map(|(window, lose_ack_at, store_lost, unknown_dup)| Round { window, lose_ack_at, store_lost, unknown_dup })
+        (1u8..8, proptest::option::of(0u8..8), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+            |(window, lose_ack_at, store_lost, unknown_dup, dedup_blind)| Round { window, lose_ack_at, store_lost, unknown_dup, dedup_blind },
+        )
     }
 
     enum Reply { Ack(u64, bool), WrongLast(u64), Lost }
@@ -157,12 +187,15 @@ mod tests {
         fn a_correct_server_never_raises_a_publish_violation(rounds in proptest::collection::vec(round(), 1..60)) {
             let mut ledger = PublishLedger::new();
             let mut stored: Vec<u64> = Vec::new(); // seq k holds index stored[k-1]
-            for Round { window, lose_ack_at, store_lost, unknown_dup } in rounds {
+            for Round { window, lose_ack_at, store_lost, unknown_dup, dedup_blind } in rounds {
                 let first = ledger.next_index();
                 let replies: Vec<(u64, Reply)> = (0..window as u64).map(|k| {
                     let index = first + k;
                     let expected_last = ledger.last_acked_seq() + k;
-                    let reply = if let Some(pos) = stored.iter().position(|i| *i == index) {
+                    let reply = if dedup_blind && stored.contains(&index) {
+                        // A new leader whose dedup state lags: the expected-sequence check answers.
+                        Reply::WrongLast(stored.len() as u64)
+                    } else if let Some(pos) = stored.iter().position(|i| *i == index) {
                         Reply::Ack(if unknown_dup { 0 } else { pos as u64 + 1 }, true)
                     } else if stored.len() as u64 != expected_last {
                         Reply::WrongLast(stored.len() as u64)
@@ -183,7 +216,16 @@ mod tests {
                             AckVerdict::Fresh | AckVerdict::Duplicate => {}
                         },
                         Reply::WrongLast(last) => {
-                            prop_assert_eq!(ledger.on_wrong_last_sequence(index, last), None);
+                            // A correct server only ever says "behind" from a stale view,
+                            // and what sits after the last ack is the message being retried.
+                            match ledger.on_wrong_last_sequence(last) {
+                                Rejection::Behind => prop_assert!(false, "stream behind the acks"),
+                                Rejection::Ahead { seq } => {
+                                    let occupant = stored[seq as usize - 1];
+                                    prop_assert_eq!(ledger.judge_occupant(index, seq, Some(occupant), None), None);
+                                }
+                                Rejection::Transient => {}
+                            }
                             break;
                         }
                         Reply::Lost => break,

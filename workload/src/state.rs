@@ -78,6 +78,9 @@ stats! {
     publish_failures,
     /// Times the publisher went back to its first unconfirmed message.
     rewinds,
+    /// Retries rejected for a wrong last sequence although the stream held that very
+    /// message: the leader's dedup state had not caught up yet.
+    dedup_lagged,
     /// Messages read and verified by the live consumer.
     verified,
     /// Messages verified by the final full read.

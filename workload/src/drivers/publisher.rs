@@ -12,8 +12,9 @@ use crate::state::{Ctx, Stats};
 use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::{self, message::PublishMessage};
 use bytes::Bytes;
-use properties::payload::{checksum, CHECKSUM_HEADER};
-use properties::publish::{AckVerdict, PublishLedger};
+use properties::confirm::{Confirm, Confirmation};
+use properties::payload::{checksum, CHECKSUM_HEADER, MSG_ID_HEADER};
+use properties::publish::{AckVerdict, PublishLedger, Rejection};
 use properties::Property;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut in_flight: VecDeque<(u64, PublishAckFuture)> = VecDeque::new();
     let mut next_send = 1u64;
     let mut window = None;
+    let mut behind = Confirm::new(ctx.cfg.liveness.quiet, 3);
 
     while !ctx.cancel.is_cancelled() {
         let failure = match fill(&ctx, &js, &ledger, &mut in_flight, &mut next_send).await {
@@ -41,7 +43,7 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
                     _ = ctx.cancel.cancelled() => break,
                     reply = ack => reply,
                 };
-                match judge(&ctx, &mut ledger, index, reply) {
+                match judge(&ctx, &js, &mut ledger, &mut behind, index, reply).await {
                     None => {
                         if let Some(w) = window.take() {
                             crate::retry::OpenWindow::succeeded(w);
@@ -104,9 +106,11 @@ async fn fill(
 }
 
 /// Judges the reply to the oldest publish in flight. `None`: confirmed, go on.
-fn judge(
+async fn judge(
     ctx: &Ctx,
+    js: &jetstream::Context,
     ledger: &mut PublishLedger,
+    behind: &mut Confirm,
     index: u64,
     reply: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
 ) -> Option<Failure> {
@@ -115,9 +119,7 @@ fn judge(
         Err(e) => {
             if e.kind() == PublishErrorKind::WrongLastSequence {
                 if let Some(last) = reported_last_sequence(&e) {
-                    if let Some(v) = ledger.on_wrong_last_sequence(index, last) {
-                        sdk::violation(&v);
-                    }
+                    wrong_last_sequence(ctx, js, ledger, behind, index, last).await;
                 }
             }
             let error = match std::error::Error::source(&e) {
@@ -143,9 +145,42 @@ fn judge(
         }
         AckVerdict::Violation(v) => sdk::violation(&v),
     }
+    behind.reset();
     Stats::add(&ctx.stats.acked, 1);
     ctx.stats.last_acked_seq.store(ledger.last_acked_seq(), std::sync::atomic::Ordering::Relaxed);
     None
+}
+
+/// What a rejection for a wrong last sequence shows, judged without trusting one answer:
+/// "the stream ends before the last ack" must hold for a confirmation period (a deposed
+/// leader can answer from a stale view), and "something else sits after the last ack" is
+/// looked up, since a new leader's dedup state can lag behind what it stored.
+async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &PublishLedger, behind: &mut Confirm, index: u64, last: u64) {
+    match ledger.on_wrong_last_sequence(last) {
+        Rejection::Transient => {}
+        Rejection::Behind => match behind.observe(ctx.live.now(), true) {
+            Confirmation::Confirmed { bad_for } => {
+                sdk::violation(&ledger.stream_behind(index, last, bad_for.as_secs_f64()));
+                behind.reset();
+            }
+            _ if behind.bad_count() == 1 => ctx.live.quiet.request(ctx.cfg.liveness.quiet),
+            _ => {}
+        },
+        Rejection::Ahead { seq } => {
+            let occupant = async { js.get_stream_no_info(&ctx.stream).await?.get_raw_message(seq).await.map_err(anyhow::Error::from) };
+            match occupant.await {
+                Ok(msg) => {
+                    let id = msg.headers.get(MSG_ID_HEADER).map(|v| v.as_str().to_string());
+                    let occupant_index = id.as_deref().and_then(|id| ctx.run.index_of(id));
+                    match ledger.judge_occupant(index, seq, occupant_index, id.as_deref()) {
+                        Some(v) => sdk::violation(&v),
+                        None => Stats::add(&ctx.stats.dedup_lagged, 1),
+                    }
+                }
+                Err(e) => tracing::debug!(seq, "could not look up what follows the last ack: {e}"),
+            }
+        }
+    }
 }
 
 /// The stream's last sequence named in a 10071 rejection ("wrong last sequence: 42").
