@@ -4,11 +4,11 @@
 //! file and `Config::default()` agree. Validation runs once, before anything connects, and
 //! names the offending field.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub stream: StreamConfig,
@@ -18,7 +18,7 @@ pub struct Config {
     pub report: ReportConfig,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {
     /// Replica count the stream is created with (capped at the cluster size).
@@ -28,7 +28,7 @@ pub struct StreamConfig {
     pub duplicate_window: Duration,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PublishConfig {
     /// Payload bytes per message.
@@ -42,7 +42,7 @@ pub struct PublishConfig {
     pub ack_timeout: Duration,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScaleConfig {
     pub enabled: bool,
@@ -58,7 +58,7 @@ pub struct ScaleConfig {
     pub wait_settled_probability: f64,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LivenessConfig {
     /// Longest an operation may keep failing before it fails its liveness property.
@@ -69,7 +69,7 @@ pub struct LivenessConfig {
     pub quiet: Duration,
 }
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReportConfig {
     /// Interval between progress lines.

@@ -204,7 +204,7 @@ async fn execute(command: Command, cfg: Config) -> anyhow::Result<ExitCode> {
         "final_read_complete": finished.final_read_complete,
         "rss_mib_end": run::rss_mib(),
         "counters": finished.ctx.stats.to_json(),
-        "config": format!("{:?}", cfg),
+        "config": cfg,
     }));
     let path = common.out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;

@@ -91,7 +91,14 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
 /// Healthy cluster and the stream in place, each within a liveness window; then
 /// `setup_complete`. False when stopped before that.
 async fn setup(ctx: &Ctx) -> anyhow::Result<bool> {
-    let client = ctx.connect("setup").await?;
+    let client = match tokio::time::timeout(ctx.cfg.liveness.window, ctx.connect("setup")).await {
+        Ok(client) => client?,
+        Err(_) => {
+            sdk::check(Property::ClusterEventuallyHealthy, false, &json!({
+                "op": "connect", "servers": ctx.servers, "elapsed_s": ctx.cfg.liveness.window.as_secs_f64() }));
+            return Ok(false);
+        }
+    };
     if !wait_healthy(ctx, &ctx.cancel).await {
         return Ok(false);
     }

@@ -14,6 +14,17 @@ use workload::jsapi;
 const LIMIT: Duration = Duration::from_secs(150);
 const T: Duration = Duration::from_secs(5);
 
+/// Publishes into the run's subject under a message id of the run; returns the sequence.
+async fn publish_as(h: &Harness, client: &async_nats::Client, msg_id: &str, sum: Option<&str>, payload: Vec<u8>) -> u64 {
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(MSG_ID_HEADER, msg_id);
+    if let Some(sum) = sum {
+        headers.insert(CHECKSUM_HEADER, sum);
+    }
+    let ack = h.jetstream(client).publish_with_headers(h.subject.clone(), headers, payload.into()).await.unwrap();
+    ack.await.unwrap().sequence
+}
+
 async fn api(client: &async_nats::Client, api: &str, body: serde_json::Value) -> serde_json::Value {
     jsapi::request(client, api, &body, T).await.unwrap_or_else(|e| panic!("{api}: {e}"))
 }
@@ -64,11 +75,7 @@ async fn forged_content_under_a_valid_id_fails_read_content_matches_publish() {
     // only regenerating the payload from the seed can tell.
     let run = RunMessages::new(&h.run_id, 42, 128);
     let forged = vec![7u8; 128];
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(MSG_ID_HEADER, run.msg_id(1).as_str());
-    headers.insert(CHECKSUM_HEADER, checksum(&forged).as_str());
-    let ack = h.jetstream(&client).publish_with_headers(h.subject.clone(), headers, forged.into()).await.unwrap();
-    assert_eq!(ack.await.unwrap().sequence, 1);
+    assert_eq!(publish_as(&h, &client, &run.msg_id(1), Some(&checksum(&forged)), forged).await, 1);
     let done = h.finish(h.spawn("8s", &[]), LIMIT);
     done.assert_failed("read-content-matches-publish", &[]);
     assert!(done.counter("duplicate_acks") >= 1, "the publisher's message 1 was deduplicated onto the forgery");
@@ -83,9 +90,7 @@ async fn a_stolen_message_id_fails_publish_duplicate_ack_original_sequence() {
     // duplicate ack naming a sequence that was never assigned to it. Without expected
     // sequences (one at a time) the publisher sees the acks as they come.
     let run = RunMessages::new(&h.run_id, 42, 128);
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert(MSG_ID_HEADER, run.msg_id(2).as_str());
-    h.jetstream(&client).publish_with_headers(h.subject.clone(), headers, "x".into()).await.unwrap().await.unwrap();
+    assert_eq!(publish_as(&h, &client, &run.msg_id(2), None, b"x".to_vec()).await, 1);
     let cfg = h.dir.path().join("one-at-a-time.toml");
     std::fs::write(&cfg, "[publish]\nin_flight = 1\nexpected_last_sequence = false\n").unwrap();
     let done = h.finish(h.spawn("8s", &["--config", cfg.to_str().unwrap()]), LIMIT);
