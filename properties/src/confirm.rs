@@ -4,6 +4,8 @@
 //! has not loaded the stream yet, a deposed leader in a minority partition. An observation
 //! like "stream not found" or "message absent" only counts once it has been made without a
 //! single good observation in between for at least `hold` (and at least `min_bad` times).
+//! A streak that outlives a blip (a sixth of `hold`) asks once for faults to pause, so most
+//! of the confirmation happens without faults.
 
 use std::time::Duration;
 
@@ -13,20 +15,22 @@ pub struct Confirm {
     min_bad: u32,
     bad_since: Option<Duration>,
     bad_count: u32,
+    quiet_asked: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Confirmation {
     Good,
-    /// Bad so far, not yet for long enough: observe again.
-    Pending,
+    /// Bad so far, not yet for long enough: observe again. `ask_quiet` is true once per
+    /// streak, when it has outlived a blip: the caller asks for faults to pause.
+    Pending { ask_quiet: bool },
     /// Bad for at least `hold` with no good observation in between.
     Confirmed { bad_for: Duration },
 }
 
 impl Confirm {
     pub fn new(hold: Duration, min_bad: u32) -> Self {
-        Self { hold, min_bad, bad_since: None, bad_count: 0 }
+        Self { hold, min_bad, bad_since: None, bad_count: 0, quiet_asked: false }
     }
 
     /// Bad observations in the current streak (1 right after the first).
@@ -38,6 +42,7 @@ impl Confirm {
     pub fn reset(&mut self) {
         self.bad_since = None;
         self.bad_count = 0;
+        self.quiet_asked = false;
     }
 
     /// Records one observation made at `now` (any monotonic clock offset).
@@ -50,10 +55,11 @@ impl Confirm {
         self.bad_count += 1;
         let bad_for = now.saturating_sub(since);
         if bad_for >= self.hold && self.bad_count >= self.min_bad {
-            Confirmation::Confirmed { bad_for }
-        } else {
-            Confirmation::Pending
+            return Confirmation::Confirmed { bad_for };
         }
+        let ask_quiet = !self.quiet_asked && bad_for >= self.hold / 6;
+        self.quiet_asked |= ask_quiet;
+        Confirmation::Pending { ask_quiet }
     }
 }
 
@@ -65,11 +71,14 @@ mod tests {
     fn a_good_observation_resets_and_a_long_bad_streak_confirms() {
         let s = Duration::from_secs;
         let mut c = Confirm::new(s(30), 3);
-        assert_eq!(c.observe(s(0), true), Confirmation::Pending);
-        assert_eq!(c.observe(s(29), true), Confirmation::Pending);
+        let pending = Confirmation::Pending { ask_quiet: false };
+        assert_eq!(c.observe(s(0), true), pending);
+        assert_eq!(c.observe(s(4), true), pending, "a blip does not stop faults");
+        assert_eq!(c.observe(s(5), true), Confirmation::Pending { ask_quiet: true });
+        assert_eq!(c.observe(s(29), true), pending, "quiet is asked once per streak");
         assert_eq!(c.observe(s(29), false), Confirmation::Good);
-        assert_eq!(c.observe(s(40), true), Confirmation::Pending);
-        assert_eq!(c.observe(s(80), true), Confirmation::Pending, "only two bad observations");
+        assert_eq!(c.observe(s(40), true), pending);
+        assert_eq!(c.observe(s(80), true), Confirmation::Pending { ask_quiet: true }, "only two bad observations");
         assert_eq!(c.observe(s(81), true), Confirmation::Confirmed { bad_for: s(41) });
     }
 }

@@ -4,6 +4,7 @@
 //! injector can kill and restart it in place. Nodes die with the workload: they are killed
 //! on drop and, through PR_SET_PDEATHSIG, when the workload itself is killed.
 
+use crate::faults::proxy::Link;
 use anyhow::{bail, Context};
 use std::fs;
 use std::net::TcpListener;
@@ -25,6 +26,8 @@ pub struct Node {
 pub struct LocalCluster {
     pub nodes: Vec<Node>,
     pub server_bin: PathBuf,
+    /// The proxied links, when the cluster was started for fault injection.
+    pub network: Option<Network>,
 }
 
 impl Node {
@@ -64,6 +67,21 @@ impl Node {
         }
     }
 
+    /// Sends `sig` to the running process (false when there is none).
+    pub fn signal(&self, sig: nix::sys::signal::Signal) -> bool {
+        let Some(pid) = self.pid() else { return false };
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok()
+    }
+
+    /// Waits up to `limit` for the process to exit by itself, then kills it. Reaps it.
+    pub async fn wait_exit(&mut self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while !self.exited() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.kill();
+    }
+
     /// Whether the process has exited on its own.
     pub fn exited(&mut self) -> bool {
         self.child.as_mut().is_none_or(|c| !matches!(c.try_wait(), Ok(None)))
@@ -82,9 +100,48 @@ fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     Ok(listeners.iter().map(|l| l.local_addr().map(|a| a.port())).collect::<Result<_, _>>()?)
 }
 
+/// The proxied links of a local cluster: a client link per node and a route link per
+/// ordered pair of nodes. Index with [`Network::route`].
+pub struct Network {
+    pub clients: Vec<Link>,
+    routes: Vec<Vec<Option<Link>>>,
+}
+
+impl Network {
+    /// The link node `from` dials to reach node `to`.
+    pub fn route(&self, from: usize, to: usize) -> Option<&Link> {
+        self.routes.get(from)?.get(to)?.as_ref()
+    }
+
+    /// Every link touching node `i`: its client link and its routes both ways.
+    pub fn links_of(&self, i: usize) -> Vec<&Link> {
+        let n = self.clients.len();
+        let mut links = vec![&self.clients[i]];
+        links.extend((0..n).filter(|j| *j != i).flat_map(|j| [self.route(i, j), self.route(j, i)]).flatten());
+        links
+    }
+
+    /// The route links crossing between `side` and the other nodes.
+    pub fn links_between(&self, side: &[usize]) -> Vec<&Link> {
+        let n = self.clients.len();
+        let other: Vec<usize> = (0..n).filter(|j| !side.contains(j)).collect();
+        side.iter()
+            .flat_map(|a| other.iter().flat_map(move |b| [(*a, *b), (*b, *a)]))
+            .filter_map(|(a, b)| self.route(a, b))
+            .collect()
+    }
+
+    pub fn heal_all(&self) {
+        self.clients.iter().chain(self.routes.iter().flatten().flatten()).for_each(Link::heal);
+    }
+}
+
 impl LocalCluster {
-    /// Writes configs under `dir` and starts `n` nodes. Does not wait for health.
-    pub fn start(server_bin: &Path, n: usize, dir: &Path) -> anyhow::Result<LocalCluster> {
+    /// Writes configs under `dir` and starts `n` nodes. Does not wait for health. With
+    /// `proxied`, every route and client connection goes through a [`Link`] so the
+    /// injector can cut or slow it; servers are told not to advertise their real
+    /// addresses, so nothing bypasses the links.
+    pub async fn start(server_bin: &Path, n: usize, dir: &Path, proxied: bool) -> anyhow::Result<LocalCluster> {
         if n == 0 {
             bail!("a cluster needs at least one node");
         }
@@ -102,14 +159,33 @@ impl LocalCluster {
                 child: None,
             })
             .collect();
-        let routes: Vec<String> = nodes.iter().map(|n| format!("\"nats-route://127.0.0.1:{}\"", n.cluster_port)).collect();
-        for node in &nodes {
+        let network = if proxied {
+            let mut clients = Vec::new();
+            let mut routes = Vec::new();
+            for (i, node) in nodes.iter().enumerate() {
+                clients.push(Link::start(format!("client->{}", node.name), node.client_port).await?);
+                let mut row = Vec::new();
+                for (j, peer) in nodes.iter().enumerate() {
+                    row.push(if i == j { None } else { Some(Link::start(format!("{}->{}", node.name, peer.name), peer.cluster_port).await?) });
+                }
+                routes.push(row);
+            }
+            Some(Network { clients, routes })
+        } else {
+            None
+        };
+        for (i, node) in nodes.iter().enumerate() {
             let store = dir.join(&node.name).join("jetstream");
             fs::create_dir_all(&store)?;
+            let routes: Vec<String> = match &network {
+                Some(net) => (0..n).filter_map(|j| net.route(i, j)).map(|l| format!("\"nats-route://127.0.0.1:{}\"", l.port)).collect(),
+                None => nodes.iter().map(|p| format!("\"nats-route://127.0.0.1:{}\"", p.cluster_port)).collect(),
+            };
             let conf = format!(
                 "server_name: {name}\nlisten: \"127.0.0.1:{client}\"\nhttp: \"127.0.0.1:{http}\"\n\
+                 lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"2s\"\n\
                  jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n\
-                 cluster {{\n  name: workload\n  listen: \"127.0.0.1:{cluster}\"\n  routes: [{routes}]\n}}\n",
+                 cluster {{\n  name: workload\n  listen: \"127.0.0.1:{cluster}\"\n  no_advertise: {proxied}\n  routes: [{routes}]\n}}\n",
                 name = node.name,
                 client = node.client_port,
                 http = node.http_port,
@@ -122,11 +198,15 @@ impl LocalCluster {
         for node in &mut nodes {
             node.start(server_bin)?;
         }
-        Ok(LocalCluster { nodes, server_bin: server_bin.to_path_buf() })
+        Ok(LocalCluster { nodes, server_bin: server_bin.to_path_buf(), network })
     }
 
+    /// Where clients connect: through the client links when proxied.
     pub fn client_urls(&self) -> Vec<String> {
-        self.nodes.iter().map(Node::client_url).collect()
+        match &self.network {
+            Some(net) => net.clients.iter().map(|l| format!("nats://127.0.0.1:{}", l.port)).collect(),
+            None => self.nodes.iter().map(Node::client_url).collect(),
+        }
     }
 
     pub fn monitor_urls(&self) -> Vec<String> {

@@ -15,6 +15,7 @@ pub struct Config {
     pub publish: PublishConfig,
     pub scale: ScaleConfig,
     pub liveness: LivenessConfig,
+    pub faults: FaultsConfig,
     pub report: ReportConfig,
 }
 
@@ -69,6 +70,73 @@ pub struct LivenessConfig {
     pub quiet: Duration,
 }
 
+/// The local fault injector (`workload local` only; Antithesis brings its own faults).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultsConfig {
+    pub enabled: bool,
+    /// Fault types to draw from: kill, pause, restart, isolate, split, latency.
+    pub kinds: Vec<FaultKind>,
+    /// Fault-free stretch between two fault periods, drawn from [off_min, off_max].
+    #[serde(with = "humantime_serde")]
+    pub off_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub off_max: Duration,
+    /// Length of a fault period, drawn from [on_min, on_max].
+    #[serde(with = "humantime_serde")]
+    pub on_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub on_max: Duration,
+    /// How long one fault lasts, drawn from [fault_min, fault_max].
+    #[serde(with = "humantime_serde")]
+    pub fault_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub fault_max: Duration,
+    /// Delay added to each direction of a slowed link.
+    #[serde(with = "humantime_serde")]
+    pub latency: Duration,
+    /// Nodes faulty at once; 0 means a minority ((nodes - 1) / 2, at least 1).
+    pub max_faulty: usize,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultKind {
+    /// SIGKILL, restart on the same name, ports and data dir after the fault's duration.
+    Kill,
+    /// SIGSTOP, SIGCONT after the fault's duration.
+    Pause,
+    /// Graceful stop (SIGTERM or lame-duck mode), then start again.
+    Restart,
+    /// Cut a node's routes and client connections.
+    Isolate,
+    /// Cut the routes between a minority of nodes and the rest, and the minority's clients.
+    Split,
+    /// Add `latency` to every link of a node.
+    Latency,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 6] = [Self::Kill, Self::Pause, Self::Restart, Self::Isolate, Self::Split, Self::Latency];
+}
+
+impl Default for FaultsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            kinds: FaultKind::ALL.to_vec(),
+            off_min: Duration::from_secs(30),
+            off_max: Duration::from_secs(60),
+            on_min: Duration::from_secs(30),
+            on_max: Duration::from_secs(90),
+            fault_min: Duration::from_secs(3),
+            fault_max: Duration::from_secs(10),
+            latency: Duration::from_millis(200),
+            max_faulty: 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReportConfig {
@@ -121,6 +189,7 @@ impl Default for Config {
             publish: PublishConfig::default(),
             scale: ScaleConfig::default(),
             liveness: LivenessConfig::default(),
+            faults: FaultsConfig::default(),
             report: ReportConfig::default(),
         }
     }
@@ -191,6 +260,27 @@ impl Config {
                 return Err(bad(field, "must be within 0 ..= 1"));
             }
         }
+        let f = &self.faults;
+        for (field, lo, hi) in [
+            ("faults.off_min", f.off_min, f.off_max),
+            ("faults.on_min", f.on_min, f.on_max),
+            ("faults.fault_min", f.fault_min, f.fault_max),
+        ] {
+            if lo > hi {
+                return Err(bad(field, "must not exceed its _max"));
+            }
+        }
+        if f.enabled && f.kinds.is_empty() {
+            return Err(bad("faults.kinds", "must name at least one fault type when faults are enabled"));
+        }
+        if f.fault_min.is_zero() {
+            return Err(bad("faults.fault_min", "must be more than 0"));
+        }
+        if let Some(n) = cluster_size {
+            if f.max_faulty >= n && f.enabled {
+                return Err(bad("faults.max_faulty", format!("must be below the cluster size {n}")));
+            }
+        }
         if self.report.progress_interval.is_zero() {
             return Err(bad("report.progress_interval", "must be more than 0"));
         }
@@ -203,6 +293,14 @@ impl Config {
             (1..=cluster_size.clamp(1, 5)).collect()
         } else {
             self.scale.replicas.clone()
+        }
+    }
+
+    /// Nodes that may be faulty at once in a cluster of `n`.
+    pub fn max_faulty(&self, n: usize) -> usize {
+        match self.faults.max_faulty {
+            0 => ((n.saturating_sub(1)) / 2).max(1),
+            m => m,
         }
     }
 

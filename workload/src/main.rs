@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use workload::cluster::{self, LocalCluster};
+use std::sync::Arc;
 use workload::config::Config;
+use workload::faults::injector::{FaultLog, Injector};
 use workload::run::{self, RunSpec};
 use workload::{report, sdk};
 
@@ -81,6 +83,9 @@ struct Common {
     /// Overrides scale.enabled (true/false).
     #[arg(long, env = "WORKLOAD_SCALE")]
     scale: Option<bool>,
+    /// Overrides faults.enabled (true/false; local runs only).
+    #[arg(long, env = "WORKLOAD_FAULTS")]
+    faults: Option<bool>,
 }
 
 const EXIT_PROPERTY_FAILED: u8 = 1;
@@ -163,25 +168,28 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     if let Some(v) = c.scale {
         cfg.scale.enabled = v;
     }
+    if let Some(v) = c.faults {
+        cfg.faults.enabled = v;
+    }
 }
 
 async fn execute(command: Command, cfg: Config) -> anyhow::Result<ExitCode> {
     let stop = CancellationToken::new();
     tokio::spawn(stop_on_signal(stop.clone()));
-    let (common, servers, monitor, cluster_size, server_version, _cluster) = match command {
+    let (common, servers, monitor, cluster_size, server_version, cluster) = match command {
         Command::Local { nodes, nats_server, common } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
             let version = cluster::server_version(&bin);
             let dir = common.out.join("cluster");
             let _ = std::fs::remove_dir_all(&dir); // fresh data dirs every run
-            let mut local = LocalCluster::start(&bin, nodes, &dir)?;
-            tracing::info!(nodes, server = %bin.display(), version = version.as_deref().unwrap_or("?"), "starting local cluster in {}", dir.display());
+            let mut local = LocalCluster::start(&bin, nodes, &dir, cfg.faults.enabled).await?;
+            tracing::info!(nodes, server = %bin.display(), version = version.as_deref().unwrap_or("?"), faults = cfg.faults.enabled, "starting local cluster in {}", dir.display());
             tokio::select! {
                 r = local.wait_healthy(Duration::from_secs(60)) => r?,
                 _ = stop.cancelled() => return Ok(ExitCode::from(EXIT_INFRA)),
             }
             let (servers, monitor) = (local.client_urls(), local.monitor_urls());
-            (common, servers, monitor, nodes, version, Some(local))
+            (common, servers, monitor, nodes, version, Some(Arc::new(tokio::sync::Mutex::new(local))))
         }
         Command::Run { servers, monitor, cluster_size, common } => {
             let size = cluster_size.unwrap_or(servers.len());
@@ -191,7 +199,12 @@ async fn execute(command: Command, cfg: Config) -> anyhow::Result<ExitCode> {
     let seed = common.seed.unwrap_or_else(rand::random);
     let run_id = common.run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
     tracing::info!(seed, run_id, duration = ?common.duration, "run starting");
-    let spec = RunSpec { cfg: cfg.clone(), servers, monitor_urls: monitor, cluster_size, seed, run_id: run_id.clone(), duration: common.duration };
+    let fault_log = Arc::new(FaultLog::new(Some(common.out.join("faults.jsonl"))));
+    let injector = match &cluster {
+        Some(c) if cfg.faults.enabled => Some(Injector::new(c.clone(), cfg.clone(), seed, fault_log.clone())),
+        _ => None,
+    };
+    let spec = RunSpec { cfg: cfg.clone(), servers, monitor_urls: monitor, cluster_size, seed, run_id: run_id.clone(), duration: common.duration, injector };
     let finished = run::run(spec, stop).await?;
     let (stream, _) = run::names(&run_id);
     let report = report::build(json!({
@@ -204,6 +217,8 @@ async fn execute(command: Command, cfg: Config) -> anyhow::Result<ExitCode> {
         "final_read_complete": finished.final_read_complete,
         "rss_mib_end": run::rss_mib(),
         "counters": finished.ctx.stats.to_json(),
+        "quiet_requests": finished.ctx.live.quiet.count(),
+        "faults": fault_log.summary(),
         "config": cfg,
     }));
     let path = common.out.join("report.json");

@@ -83,8 +83,7 @@ impl OpenWindow<'_> {
         let pause = match self.window.failed(self.live.now()) {
             Next::Retry(pause) => pause,
             Next::RequestQuiet { quiet, retry_after } => {
-                tracing::info!(op = self.op, error, "liveness window at its quiet point: asking faults to pause for {quiet:?}");
-                self.live.quiet.request_for_window(quiet);
+                self.live.quiet.request_for_window(quiet, &format!("{} failing for most of a liveness window: {error}", self.op));
                 retry_after
             }
             Next::Expired { elapsed, failures } => {

@@ -4,6 +4,7 @@
 use crate::cluster::{http_client, unhealthy};
 use crate::config::Config;
 use crate::drivers::{publisher, reader, scaler};
+use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
 use crate::jsapi;
 use crate::retry::Liveness;
@@ -25,6 +26,8 @@ pub struct RunSpec {
     pub seed: u64,
     pub run_id: String,
     pub duration: Duration,
+    /// The local fault injector, for `workload local`.
+    pub injector: Option<Injector>,
 }
 
 /// What a finished run hands to the report.
@@ -55,6 +58,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
         live,
         cancel: stop.child_token(),
         stats: Arc::new(Stats::default()),
+        faults: spec.injector.as_ref().map(|i| i.log.clone()),
     });
 
     if !setup(&ctx).await? {
@@ -70,6 +74,10 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
     }
     tasks.spawn(scaler::monitor(ctx.clone()));
     tasks.spawn(progress(ctx.clone(), started));
+    if let Some(injector) = spec.injector {
+        // Joined with the drivers, so every fault is healed before the final verification.
+        tasks.spawn(injector.run(ctx.cancel.clone(), ctx.live.quiet.subscribe(), started));
+    }
 
     tokio::select! {
         _ = tokio::time::sleep(spec.duration) => tracing::info!("duration reached; stopping drivers"),
@@ -130,7 +138,7 @@ async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
     let cancel = CancellationToken::new();
     let last_acked = Stats::get(&ctx.stats.last_acked_seq);
     tracing::info!(last_acked, "final verification");
-    ctx.live.quiet.request(ctx.cfg.liveness.window);
+    ctx.live.quiet.request(ctx.cfg.liveness.window, "final verification");
     let final_ctx = ctx_for_final(ctx, &cancel);
     if !wait_healthy(&final_ctx, &cancel).await {
         return Ok(false);
@@ -183,6 +191,7 @@ fn ctx_for_final(ctx: &Arc<Ctx>, cancel: &CancellationToken) -> Ctx {
         live: Liveness { give_up: true, ..ctx.live.clone() },
         cancel: cancel.clone(),
         stats: ctx.stats.clone(),
+        faults: ctx.faults.clone(),
     }
 }
 
@@ -200,7 +209,7 @@ async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
         let secs = every.as_secs_f64();
         let leader = s.leader.lock().map(|l| l.clone()).unwrap_or_default();
         tracing::info!(
-            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} failed={} rss={}MiB",
+            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} faults={} quiet={} failed={} rss={}MiB",
             started.elapsed().as_secs_f64(),
             acked,
             (acked - acked0) as f64 / secs,
@@ -212,6 +221,8 @@ async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
             Stats::get(&s.rewinds),
             Stats::get(&s.consumer_recreates),
             Stats::get(&s.scale_requests),
+            ctx.faults.as_ref().map_or(0, |f| f.starts()),
+            ctx.live.quiet.count(),
             sdk::failures_so_far(),
             rss_mib().map_or("?".into(), |m| format!("{m:.1}")),
         );

@@ -23,6 +23,8 @@ pub struct Ctx {
     pub live: Liveness,
     pub cancel: CancellationToken,
     pub stats: std::sync::Arc<Stats>,
+    /// The local injector's log, when one runs.
+    pub faults: Option<std::sync::Arc<crate::faults::injector::FaultLog>>,
 }
 
 impl Ctx {
@@ -45,6 +47,8 @@ pub async fn connect(servers: &[String], name: &str) -> anyhow::Result<async_nat
     let client = async_nats::ConnectOptions::new()
         .name(name)
         .retry_on_initial_connect()
+        // Only the given addresses: the local cluster's proxies must not be bypassed.
+        .ignore_discovered_servers()
         .connection_timeout(Duration::from_secs(5))
         .request_timeout(Some(Duration::from_secs(5)))
         .connect(servers.to_vec())

@@ -163,7 +163,7 @@ async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &Publis
                 sdk::violation(&ledger.stream_behind(index, last, bad_for.as_secs_f64()));
                 behind.reset();
             }
-            _ if behind.bad_count() == 1 => ctx.live.quiet.request(ctx.cfg.liveness.quiet),
+            Confirmation::Pending { ask_quiet: true } => ctx.live.quiet.request(ctx.cfg.liveness.quiet, "publishes say the stream ends before the last ack"),
             _ => {}
         },
         Rejection::Ahead { seq } => {

@@ -154,25 +154,23 @@ fn recreated(ctx: &Ctx, why: &str) {
 async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Lookup> {
     let mut confirm = Confirm::new(ctx.cfg.liveness.quiet, 3);
     let mut window = Window::open(ctx.cfg.window(), ctx.live.now());
-    let mut asked_quiet = false;
     loop {
         let pause = match jsapi::message_present(client, &ctx.stream, seq, ctx.api_timeout()).await {
             Ok(true) => return Some(Lookup::Present),
             Ok(false) => match confirm.observe(ctx.live.now(), true) {
                 Confirmation::Confirmed { .. } => return Some(Lookup::Absent),
-                _ => {
-                    if !asked_quiet {
-                        // Judge absence in a fault-free stretch.
-                        asked_quiet = true;
-                        ctx.live.quiet.request(ctx.cfg.liveness.quiet);
+                Confirmation::Pending { ask_quiet } => {
+                    if ask_quiet {
+                        ctx.live.quiet.request(ctx.cfg.liveness.quiet, &format!("sequence {seq} skipped and absent"));
                     }
                     Duration::from_secs(1)
                 }
+                Confirmation::Good => unreachable!("a bad observation never answers Good"),
             },
             Err(e) => match window.failed(ctx.live.now()) {
                 Next::Retry(p) => p,
                 Next::RequestQuiet { quiet, retry_after } => {
-                    ctx.live.quiet.request_for_window(quiet);
+                    ctx.live.quiet.request_for_window(quiet, "looking up a skipped sequence");
                     retry_after
                 }
                 Next::Expired { .. } => {
@@ -219,7 +217,7 @@ impl CatchUp {
         match w.failed(now) {
             Next::Retry(_) => true,
             Next::RequestQuiet { quiet, .. } => {
-                ctx.live.quiet.request_for_window(quiet);
+                ctx.live.quiet.request_for_window(quiet, &format!("reader behind at {consumed} of {target}"));
                 true
             }
             Next::Expired { elapsed, .. } => {

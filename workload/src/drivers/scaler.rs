@@ -143,14 +143,15 @@ pub fn observe_stream(
     let now = ctx.live.now();
     let not_found = matches!(answer, Err(e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND));
     if not_found {
-        if let Confirmation::Confirmed { bad_for } = missing.observe(now, true) {
-            sdk::check(Property::StreamNeverDisappears, false, &json!({
-                "stream": ctx.stream, "not_found_for_s": bad_for.as_secs_f64(), "last_acked_seq": acked_before }));
-            missing.reset();
-            return Look::Reported;
-        }
-        if missing.bad_count() == 1 {
-            ctx.live.quiet.request(ctx.cfg.liveness.quiet); // judge it in a fault-free stretch
+        match missing.observe(now, true) {
+            Confirmation::Confirmed { bad_for } => {
+                sdk::check(Property::StreamNeverDisappears, false, &json!({
+                    "stream": ctx.stream, "not_found_for_s": bad_for.as_secs_f64(), "last_acked_seq": acked_before }));
+                missing.reset();
+                return Look::Reported;
+            }
+            Confirmation::Pending { ask_quiet: true } => ctx.live.quiet.request(ctx.cfg.liveness.quiet, "stream reported missing"),
+            _ => {}
         }
         return Look::Pending;
     }
@@ -172,9 +173,9 @@ pub fn observe_stream(
             short.reset();
             Look::Reported
         }
-        Confirmation::Pending => {
-            if short.bad_count() == 1 {
-                ctx.live.quiet.request(ctx.cfg.liveness.quiet);
+        Confirmation::Pending { ask_quiet } => {
+            if ask_quiet {
+                ctx.live.quiet.request(ctx.cfg.liveness.quiet, "stream state below the last ack");
             }
             Look::Pending
         }

@@ -1,0 +1,306 @@
+//! The local fault injector: a seeded schedule of fault periods and fault-free periods over
+//! a [`LocalCluster`], honouring quiet-period requests.
+//!
+//! During a fault period, faults start one after another, each lasting a random time, and
+//! never more than `max_faulty` nodes are faulty at once (a fault type whose precondition
+//! fails is simply not drawn). When a liveness window asks for quiet, everything is healed
+//! at once and nothing starts until the requested instant. Every start and end is logged.
+
+use crate::cluster::LocalCluster;
+use crate::config::{Config, FaultKind};
+use nix::sys::signal::Signal;
+use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// A fault in force.
+#[derive(Clone, Debug)]
+struct Active {
+    kind: FaultKind,
+    nodes: Vec<usize>,
+    ends: Instant,
+}
+
+/// One line of the fault log.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultEvent {
+    /// Seconds since the run started.
+    pub t_s: f64,
+    pub event: &'static str,
+    pub kind: FaultKind,
+    pub nodes: Vec<String>,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub detail: Value,
+}
+
+/// What happened, shared with the report.
+#[derive(Default)]
+pub struct FaultLog {
+    pub events: Mutex<Vec<FaultEvent>>,
+    file: Option<PathBuf>,
+}
+
+impl FaultLog {
+    pub fn new(file: Option<PathBuf>) -> Self {
+        if let Some(f) = &file {
+            let _ = std::fs::remove_file(f);
+        }
+        Self { events: Mutex::default(), file }
+    }
+
+    fn record(&self, e: FaultEvent) {
+        tracing::info!(t_s = format!("{:.1}", e.t_s), kind = ?e.kind, nodes = ?e.nodes, detail = %e.detail, "fault {}", e.event);
+        if let Some(path) = &self.file {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                let _ = writeln!(f, "{}", serde_json::to_string(&e).unwrap_or_default());
+            }
+        }
+        if let Ok(mut events) = self.events.lock() {
+            events.push(e);
+        }
+    }
+
+    /// Starts per fault type, and every event, for the report.
+    pub fn summary(&self) -> Value {
+        let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
+        let mut starts: BTreeMap<String, u64> = BTreeMap::new();
+        for e in events.iter().filter(|e| e.event == "start") {
+            *starts.entry(format!("{:?}", e.kind).to_lowercase()).or_default() += 1;
+        }
+        json!({ "starts": starts, "events": events })
+    }
+
+    pub fn starts(&self) -> usize {
+        self.events.lock().map(|e| e.iter().filter(|e| e.event == "start").count()).unwrap_or(0)
+    }
+}
+
+pub struct Injector {
+    pub cluster: Arc<tokio::sync::Mutex<LocalCluster>>,
+    cfg: Config,
+    rng: StdRng,
+    origin: Instant,
+    pub log: Arc<FaultLog>,
+    active: Vec<Active>,
+}
+
+impl Injector {
+    pub fn new(cluster: Arc<tokio::sync::Mutex<LocalCluster>>, cfg: Config, seed: u64, log: Arc<FaultLog>) -> Self {
+        Self { cluster, cfg, rng: StdRng::seed_from_u64(seed ^ 0xFA_u64), origin: Instant::now(), log, active: Vec::new() }
+    }
+
+    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        lo + (hi - lo).mul_f64(self.rng.gen::<f64>())
+    }
+
+    /// Runs the schedule until cancelled, then heals everything.
+    /// `origin` is the run's start, the zero of the log's timestamps.
+    pub async fn run(mut self, cancel: CancellationToken, mut quiet: watch::Receiver<Option<Instant>>, origin: Instant) -> anyhow::Result<()> {
+        self.origin = origin;
+        let f = self.cfg.faults.clone();
+        'schedule: while !cancel.is_cancelled() {
+            let off = self.between(f.off_min, f.off_max);
+            if !self.sleep(off, &cancel, &mut quiet).await {
+                break;
+            }
+            let on_end = Instant::now() + self.between(f.on_min, f.on_max);
+            while Instant::now() < on_end {
+                if quiet_until(&quiet).is_some() {
+                    self.heal_all("quiet period requested").await;
+                    continue 'schedule; // the off period waits the quiet out
+                }
+                self.end_expired().await;
+                self.start_one().await;
+                let next = self.between(Duration::from_millis(500), f.fault_min);
+                let wake = self.active.iter().map(|a| a.ends).chain([Instant::now() + next, on_end]).min().unwrap_or(on_end);
+                if !self.sleep(wake.saturating_duration_since(Instant::now()), &cancel, &mut quiet).await {
+                    break 'schedule;
+                }
+            }
+            self.heal_all("fault period over").await;
+        }
+        self.heal_all("run stopping").await;
+        Ok(())
+    }
+
+    /// Sleeps `d`, waking early for cancellation or a quiet request (healing at once, then
+    /// waiting the quiet period out). False when cancelled.
+    async fn sleep(&mut self, d: Duration, cancel: &CancellationToken, quiet: &mut watch::Receiver<Option<Instant>>) -> bool {
+        let until = Instant::now() + d;
+        loop {
+            if let Some(q) = quiet_until(quiet) {
+                self.heal_all("quiet period requested").await;
+                tokio::select! {
+                    _ = cancel.cancelled() => return false,
+                    _ = tokio::time::sleep_until(q.into()) => {}
+                }
+                continue;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep(until - now) => return true,
+                changed = quiet.changed() => {
+                    if changed.is_err() {
+                        // Nobody can ask for quiet any more: just sleep the rest.
+                        tokio::time::sleep_until(until.into()).await;
+                    }
+                }
+            }
+        }
+    }
+
+    fn faulty(&self) -> Vec<usize> {
+        let mut nodes: Vec<usize> = self.active.iter().flat_map(|a| a.nodes.clone()).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
+    /// Starts one fault whose precondition holds, if any.
+    async fn start_one(&mut self) {
+        let n = self.cluster.lock().await.nodes.len();
+        let proxied = self.cluster.lock().await.network.is_some();
+        let budget = self.cfg.max_faulty(n).saturating_sub(self.faulty().len());
+        let healthy: Vec<usize> = (0..n).filter(|i| !self.faulty().contains(i)).collect();
+        if budget == 0 || healthy.is_empty() || n < 2 {
+            return;
+        }
+        // Network faults need the proxied links.
+        let kinds: Vec<FaultKind> = self
+            .cfg
+            .faults
+            .kinds
+            .iter()
+            .copied()
+            .filter(|k| proxied || !matches!(k, FaultKind::Isolate | FaultKind::Split | FaultKind::Latency))
+            .collect();
+        let Some(&kind) = kinds.choose(&mut self.rng) else { return };
+        let nodes: Vec<usize> = match kind {
+            FaultKind::Split => {
+                let size = self.rng.gen_range(1..=budget.min(healthy.len()).min((n - 1) / 2).max(1));
+                healthy.choose_multiple(&mut self.rng, size).copied().collect()
+            }
+            _ => vec![*healthy.choose(&mut self.rng).expect("healthy is not empty")],
+        };
+        let lasts = self.between(self.cfg.faults.fault_min, self.cfg.faults.fault_max);
+        let detail = self.apply(kind, &nodes).await;
+        let ends = Instant::now() + if kind == FaultKind::Restart { Duration::ZERO } else { lasts };
+        self.record("start", kind, &nodes, detail).await;
+        self.active.push(Active { kind, nodes, ends });
+    }
+
+    /// Puts a fault in place; returns what the log should show (pids, links).
+    async fn apply(&mut self, kind: FaultKind, nodes: &[usize]) -> Value {
+        let mut cluster = self.cluster.lock().await;
+        let i = nodes[0];
+        match kind {
+            FaultKind::Kill => {
+                let pid = cluster.nodes[i].pid();
+                cluster.nodes[i].kill();
+                json!({ "pid": pid })
+            }
+            FaultKind::Pause => json!({ "pid": cluster.nodes[i].pid(), "sent": cluster.nodes[i].signal(Signal::SIGSTOP) }),
+            FaultKind::Restart => {
+                let lame_duck = self.rng.gen_bool(0.5);
+                let sig = if lame_duck { Signal::SIGUSR2 } else { Signal::SIGTERM };
+                let bin = cluster.server_bin.clone();
+                let node = &mut cluster.nodes[i];
+                let before = node.pid();
+                node.signal(sig);
+                node.wait_exit(Duration::from_secs(30)).await;
+                let started = node.start(&bin).map_err(|e| e.to_string());
+                json!({ "how": if lame_duck { "lame-duck" } else { "sigterm" }, "pid_before": before, "pid_after": node.pid(), "error": started.err() })
+            }
+            FaultKind::Isolate | FaultKind::Split => {
+                let Some(net) = &cluster.network else { return Value::Null };
+                let mut cut = net.links_between(nodes);
+                cut.extend(nodes.iter().map(|j| &net.clients[*j]));
+                cut.iter().for_each(|l| l.cut());
+                json!({ "links_cut": cut.iter().map(|l| l.name.clone()).collect::<Vec<_>>() })
+            }
+            FaultKind::Latency => {
+                let Some(net) = &cluster.network else { return Value::Null };
+                let d = self.cfg.faults.latency;
+                net.links_of(i).iter().for_each(|l| l.delay(d));
+                json!({ "latency_ms": d.as_millis() as u64 })
+            }
+        }
+    }
+
+    /// Ends one fault: restart, resume or heal.
+    async fn end(&mut self, a: Active) {
+        let detail = {
+            let mut cluster = self.cluster.lock().await;
+            let bin = cluster.server_bin.clone();
+            match a.kind {
+                FaultKind::Kill => {
+                    let node = &mut cluster.nodes[a.nodes[0]];
+                    let started = node.start(&bin).map_err(|e| e.to_string());
+                    json!({ "pid": node.pid(), "error": started.err() })
+                }
+                FaultKind::Pause => json!({ "resumed": cluster.nodes[a.nodes[0]].signal(Signal::SIGCONT) }),
+                FaultKind::Restart => Value::Null,
+                FaultKind::Isolate | FaultKind::Split => {
+                    if let Some(net) = &cluster.network {
+                        let mut links = net.links_between(&a.nodes);
+                        links.extend(a.nodes.iter().map(|j| &net.clients[*j]));
+                        links.iter().for_each(|l| l.heal());
+                    }
+                    Value::Null
+                }
+                FaultKind::Latency => {
+                    if let Some(net) = &cluster.network {
+                        net.links_of(a.nodes[0]).iter().for_each(|l| l.heal());
+                    }
+                    Value::Null
+                }
+            }
+        };
+        self.record("end", a.kind, &a.nodes, detail).await;
+    }
+
+    async fn end_expired(&mut self) {
+        let now = Instant::now();
+        let (done, keep): (Vec<Active>, Vec<Active>) = std::mem::take(&mut self.active).into_iter().partition(|a| a.ends <= now);
+        self.active = keep;
+        for a in done {
+            self.end(a).await;
+        }
+    }
+
+    async fn heal_all(&mut self, why: &str) {
+        if self.active.is_empty() {
+            return;
+        }
+        tracing::info!("healing every fault: {why}");
+        for a in std::mem::take(&mut self.active) {
+            self.end(a).await;
+        }
+        if let Some(net) = &self.cluster.lock().await.network {
+            net.heal_all();
+        }
+    }
+
+    async fn record(&self, event: &'static str, kind: FaultKind, nodes: &[usize], detail: Value) {
+        let names = {
+            let cluster = self.cluster.lock().await;
+            nodes.iter().map(|i| cluster.nodes[*i].name.clone()).collect()
+        };
+        self.log.record(FaultEvent { t_s: self.origin.elapsed().as_secs_f64(), event, kind, nodes: names, detail });
+    }
+}
+
+fn quiet_until(quiet: &watch::Receiver<Option<Instant>>) -> Option<Instant> {
+    (*quiet.borrow()).filter(|q| *q > Instant::now())
+}
