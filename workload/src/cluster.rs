@@ -48,6 +48,9 @@ impl Node {
         let log = fs::OpenOptions::new().create(true).append(true).open(&self.log_file)?;
         let mut cmd = Command::new(server_bin);
         cmd.arg("-c").arg(&self.config_file).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        // PR_SET_PDEATHSIG fires when the forking THREAD ends: nodes are started from the
+        // runtime's worker threads (alive as long as the workload), never from
+        // spawn_blocking threads, which come and go.
         // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
         unsafe {
             cmd.pre_exec(|| {
@@ -185,13 +188,16 @@ impl LocalCluster {
                 "server_name: {name}\nlisten: \"127.0.0.1:{client}\"\nhttp: \"127.0.0.1:{http}\"\n\
                  lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"2s\"\n\
                  jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n\
-                 cluster {{\n  name: workload\n  listen: \"127.0.0.1:{cluster}\"\n  no_advertise: {proxied}\n  routes: [{routes}]\n}}\n",
+                 cluster {{\n  name: workload\n  listen: \"127.0.0.1:{cluster}\"\n{advertise}  routes: [{routes}]\n}}\n",
                 name = node.name,
                 client = node.client_port,
                 http = node.http_port,
                 cluster = node.cluster_port,
                 store = store.display(),
                 routes = routes.join(", "),
+                // Proxied: gossip must not teach peers the real route port (they would dial
+                // it directly, around the links), nor clients the real client ports.
+                advertise = if proxied { "  advertise: \"127.0.0.1:1\"\n  no_advertise: true\n" } else { "" },
             );
             fs::write(&node.config_file, conf)?;
         }

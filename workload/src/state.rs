@@ -91,6 +91,8 @@ stats! {
     final_verified,
     consumer_recreates,
     scale_requests,
+    /// Scale requests sent again because a late, older request had undone them.
+    scale_reissued,
     scales_settled,
     settle_ms_max,
     settle_ms_total,

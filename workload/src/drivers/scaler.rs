@@ -83,6 +83,14 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
     let http = http_client();
     let check = || async {
         let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
+        if info.view.config.num_replicas != replicas {
+            // An earlier request that timed out for us can reach the meta leader after a
+            // later one and undo it: the scaler owns the count, so it asks again.
+            let config = info.raw["config"].clone();
+            jsapi::set_replicas(client, &ctx.stream, config, replicas, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
+            Stats::add(&ctx.stats.scale_reissued, 1);
+            return Err(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas));
+        }
         settled(&info.view, replicas)?;
         let sick = unhealthy(&http, &ctx.monitor_urls).await;
         if !sick.is_empty() {

@@ -160,6 +160,15 @@ impl Injector {
         }
     }
 
+    /// Starts one fault of `kind` on `nodes` now, lasting `lasts` (for tests and tools;
+    /// the schedule draws its own). Ended by [`Injector::heal_all`] or the schedule.
+    pub async fn force(&mut self, kind: FaultKind, nodes: Vec<usize>, lasts: Duration) -> Value {
+        let detail = self.apply(kind, &nodes).await;
+        self.record("start", kind, &nodes, detail.clone()).await;
+        self.active.push(Active { kind, nodes, ends: Instant::now() + lasts });
+        detail
+    }
+
     fn faulty(&self) -> Vec<usize> {
         let mut nodes: Vec<usize> = self.active.iter().flat_map(|a| a.nodes.clone()).collect();
         nodes.sort_unstable();
@@ -279,7 +288,8 @@ impl Injector {
         }
     }
 
-    async fn heal_all(&mut self, why: &str) {
+    /// Ends every fault in force: restarts killed nodes, resumes paused ones, heals links.
+    pub async fn heal_all(&mut self, why: &str) {
         if self.active.is_empty() {
             return;
         }

@@ -1,0 +1,176 @@
+//! Each fault of the local injector has its observable effect on a real proxied cluster,
+//! healing undoes it, and a schedule with every fault type leaves a correct server green.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use workload::cluster::{find_server, http_client, unhealthy, LocalCluster};
+use workload::config::{Config, FaultKind};
+use workload::faults::injector::{FaultLog, Injector};
+
+async fn proxied(name: &str) -> (tempfile::TempDir, Arc<tokio::sync::Mutex<LocalCluster>>) {
+    let dir = tempfile::Builder::new().prefix(&format!("wl-fault-{name}-")).tempdir().unwrap();
+    let bin = find_server(None).unwrap();
+    let mut cluster = LocalCluster::start(&bin, 3, &dir.path().join("cluster"), true).await.unwrap();
+    cluster.wait_healthy(Duration::from_secs(60)).await.unwrap();
+    (dir, Arc::new(tokio::sync::Mutex::new(cluster)))
+}
+
+fn injector(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>) -> Injector {
+    Injector::new(cluster.clone(), Config::default(), 1, Arc::new(FaultLog::new(None)))
+}
+
+/// Polls `f` for up to 30 s.
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut f: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn routes(monitor: &str) -> u64 {
+    let Ok(r) = http_client().get(format!("{monitor}/routez")).send().await else { return u64::MAX };
+    let body = r.bytes().await.unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|v| v["num_routes"].as_u64()).unwrap_or(u64::MAX)
+}
+
+async fn healthy(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>) -> bool {
+    let urls = cluster.lock().await.monitor_urls();
+    unhealthy(&http_client(), &urls).await.is_empty()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_changes_the_pid_and_the_node_comes_back() {
+    let (_dir, cluster) = proxied("kill").await;
+    let mut inj = injector(&cluster);
+    let before = cluster.lock().await.nodes[1].pid().unwrap();
+    inj.force(FaultKind::Kill, vec![1], Duration::from_secs(60)).await;
+    let mon = cluster.lock().await.nodes[1].monitor_url();
+    assert!(http_client().get(format!("{mon}/healthz")).send().await.is_err(), "a killed node answers nothing");
+    inj.heal_all("test").await;
+    let after = cluster.lock().await.nodes[1].pid().unwrap();
+    assert_ne!(before, after);
+    eventually("the restarted node is healthy again", || healthy(&cluster)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_node_stops_answering_healthz() {
+    let (_dir, cluster) = proxied("pause").await;
+    let mut inj = injector(&cluster);
+    let pid = cluster.lock().await.nodes[0].pid();
+    inj.force(FaultKind::Pause, vec![0], Duration::from_secs(60)).await;
+    let mon = cluster.lock().await.nodes[0].monitor_url();
+    assert!(http_client().get(format!("{mon}/healthz")).send().await.is_err(), "a stopped process cannot answer");
+    inj.heal_all("test").await;
+    assert_eq!(cluster.lock().await.nodes[0].pid(), pid, "same process, resumed");
+    eventually("the resumed node answers /healthz", || healthy(&cluster)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn graceful_restart_replaces_the_process() {
+    let (_dir, cluster) = proxied("restart").await;
+    let mut inj = injector(&cluster);
+    let detail = inj.force(FaultKind::Restart, vec![2], Duration::ZERO).await;
+    assert_ne!(detail["pid_before"], detail["pid_after"], "{detail}");
+    assert!(detail["error"].is_null(), "{detail}");
+    eventually("the restarted node is healthy", || healthy(&cluster)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_isolated_node_loses_its_routes_and_gets_them_back() {
+    let (_dir, cluster) = proxied("isolate").await;
+    let mut inj = injector(&cluster);
+    let mon = cluster.lock().await.nodes[0].monitor_url();
+    eventually("full mesh", || async { routes(&mon).await >= 2 }).await;
+    inj.force(FaultKind::Isolate, vec![0], Duration::from_secs(60)).await;
+    eventually("the isolated node has no routes", || async { routes(&mon).await == 0 }).await;
+    let client_url = cluster.lock().await.client_urls()[0].clone();
+    assert!(async_nats::connect(client_url.as_str()).await.is_err(), "clients cannot reach an isolated node");
+    inj.heal_all("test").await;
+    eventually("routes come back", || async { routes(&mon).await >= 2 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn latency_slows_a_round_trip_through_the_node() {
+    let (_dir, cluster) = proxied("latency").await;
+    let mut inj = injector(&cluster);
+    let url = cluster.lock().await.client_urls()[1].clone();
+    let client = async_nats::connect(url.as_str()).await.unwrap();
+    // A request nobody serves: the server's no-responders answer is one round trip.
+    let rtt = || async {
+        let t = Instant::now();
+        let _ = client.request("rtt.probe", "".into()).await;
+        t.elapsed()
+    };
+    let base = rtt().await;
+    inj.force(FaultKind::Latency, vec![1], Duration::from_secs(60)).await;
+    let slow = rtt().await;
+    assert!(slow >= Duration::from_millis(300), "200 ms each way: {slow:?} (before {base:?})");
+    inj.heal_all("test").await;
+    assert!(rtt().await < Duration::from_millis(100));
+}
+
+#[test]
+fn a_run_with_every_fault_type_passes_and_shows_the_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("faults.toml");
+    std::fs::write(
+        &cfg,
+        "[faults]\noff_min = \"5s\"\noff_max = \"10s\"\non_min = \"20s\"\non_max = \"30s\"\nfault_min = \"2s\"\nfault_max = \"5s\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
+        .args(["local", "--duration", "150s", "--seed", "11", "--liveness-window", "60s", "--liveness-quiet", "15s", "--config"])
+        .arg(&cfg)
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(dir.path().join("report.json")).unwrap_or_default();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("no report ({e}): {log}"));
+    assert_eq!(report["verdict"], "pass", "{}\n{log}", report["failed"]);
+    let starts = &report["faults"]["starts"];
+    for kind in ["kill", "pause", "restart", "isolate", "split", "latency"] {
+        assert!(starts[kind].as_u64().unwrap_or(0) >= 1, "no {kind} fault: {starts}");
+    }
+    let events = report["faults"]["events"].as_array().unwrap();
+    let kill = events.iter().find(|e| e["kind"] == "kill" && e["event"] == "end").expect("a kill ended");
+    assert!(kill["detail"]["pid"].as_u64().is_some(), "the killed node was restarted: {kill}");
+    assert!(report["counters"]["rewinds"].as_u64().unwrap() >= 1, "publishes failed and were resent");
+    assert!(report["counters"]["verified"].as_u64().unwrap() > 1000);
+    assert!(report["quiet_requests"].as_u64().unwrap() >= 1, "a quiet period was asked for");
+    assert!(std::fs::read_to_string(dir.path().join("faults.jsonl")).unwrap().lines().count() >= 12);
+    let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&ps.stdout).contains(dir.path().to_str().unwrap()), "processes left behind");
+}
+
+#[test]
+fn a_killed_workload_leaves_no_server_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
+        .args(["local", "--duration", "60s", "--out"])
+        .arg(dir.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = || {
+        let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        let dir = dir.path().to_str().unwrap();
+        String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains("nats-server") && l.contains(dir)).count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while running() < 3 {
+        assert!(Instant::now() < deadline, "the cluster never started");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.kill().unwrap(); // SIGKILL: no destructor runs
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running() > 0 {
+        assert!(Instant::now() < deadline, "nats-server processes outlived the workload");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
