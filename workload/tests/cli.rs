@@ -1,5 +1,5 @@
 //! The command line: bad settings stop the program before it connects, naming the field;
-//! `workload local` runs its own cluster and leaves no process behind.
+//! `workload local` runs its own cluster, stops cleanly on SIGINT and leaves no process behind.
 
 use std::process::Command;
 
@@ -26,19 +26,29 @@ fn invalid_settings_exit_2_naming_the_field() {
 }
 
 #[test]
-fn local_runs_its_own_cluster_passes_and_cleans_up() {
+fn local_stops_on_sigint_verifies_reports_and_cleans_up() {
     let dir = tempfile::tempdir().unwrap();
-    let out = workload().args(["local", "--duration", "10s", "--seed", "7", "--out"]).arg(dir.path()).output().unwrap();
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
-    assert_eq!(report["verdict"], "pass", "{report}\n{}", String::from_utf8_lossy(&out.stderr));
+    let child = workload()
+        .args(["local", "--duration", "10m", "--seed", "7", "--out"])
+        .arg(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(12));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no report after SIGINT ({e}): {stderr}"));
+    assert_eq!(report["verdict"], "pass", "{report}\n{stderr}");
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(report["seed"], 7);
+    assert_eq!(report["final_read_complete"], true, "the final verification ran after the signal");
+    assert!(report["elapsed_s"].as_f64().unwrap() < 60.0);
     assert!(report["server_version"].as_str().unwrap().starts_with('v'));
     let sdk = std::fs::read_to_string(dir.path().join("sdk.jsonl")).unwrap();
     assert_eq!(sdk.matches("\"antithesis_setup\"").count(), 1, "setup_complete exactly once");
     assert!(sdk.contains("publish-ack-gap-free: "), "the SDK declared the catalog");
-    // Every node was started with a config file under the run directory.
     let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
     let leftover = String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains(dir.path().to_str().unwrap())).count();
     assert_eq!(leftover, 0, "nats-server processes left behind");
