@@ -26,7 +26,23 @@ pub struct StateView {
     #[serde(default)]
     pub messages: u64,
     #[serde(default)]
+    pub first_seq: u64,
+    #[serde(default)]
     pub last_seq: u64,
+    /// Interior deleted sequences (only when asked for with `deleted_details`).
+    #[serde(default)]
+    pub deleted: Option<Vec<u64>>,
+}
+
+impl StateView {
+    /// Up to ten acknowledged sequences (1 ..= `last_acked`) the stream no longer holds:
+    /// a prefix before `first_seq`, or interior deletes. The workload never deletes, and
+    /// the stream has no limits, so any of them is a lost acknowledged message.
+    pub fn acked_missing(&self, last_acked: u64) -> Vec<u64> {
+        let prefix = 1..self.first_seq.min(last_acked + 1);
+        let interior = self.deleted.iter().flatten().copied().filter(|s| *s <= last_acked);
+        prefix.chain(interior).take(10).collect()
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -76,6 +92,16 @@ mod tests {
 
     fn view(json: &str) -> StreamInfoView {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn acked_missing_finds_prefix_and_interior_holes_below_the_last_ack() {
+        let st = |first_seq, deleted: Option<Vec<u64>>| StateView { first_seq, deleted, ..Default::default() };
+        assert!(st(1, None).acked_missing(100).is_empty());
+        assert!(st(0, None).acked_missing(0).is_empty(), "empty stream, nothing acked");
+        assert_eq!(st(4, None).acked_missing(100), vec![1, 2, 3]);
+        assert_eq!(st(1, Some(vec![50, 150])).acked_missing(100), vec![50], "150 was never acked");
+        assert!(st(120, None).acked_missing(5).len() == 5);
     }
 
     #[test]

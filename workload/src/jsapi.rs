@@ -69,7 +69,16 @@ pub struct StreamInfo {
 }
 
 pub async fn stream_info(client: &Client, stream: &str, timeout: Duration) -> Result<StreamInfo, ApiError> {
-    let raw = request(client, &format!("STREAM.INFO.{stream}"), &Value::Null, timeout).await?;
+    stream_info_with(client, stream, &Value::Null, timeout).await
+}
+
+/// Stream info that also lists interior deleted sequences.
+pub async fn stream_info_deleted(client: &Client, stream: &str, timeout: Duration) -> Result<StreamInfo, ApiError> {
+    stream_info_with(client, stream, &json!({ "deleted_details": true }), timeout).await
+}
+
+async fn stream_info_with(client: &Client, stream: &str, body: &Value, timeout: Duration) -> Result<StreamInfo, ApiError> {
+    let raw = request(client, &format!("STREAM.INFO.{stream}"), body, timeout).await?;
     let view = serde_json::from_value(raw.clone()).map_err(|e| ApiError::Decode(e.to_string()))?;
     Ok(StreamInfo { view, raw })
 }

@@ -3,6 +3,7 @@ pub mod sdk;
 pub mod faults;
 pub mod jsapi;
 pub mod retry;
+pub mod bench;
 pub mod cluster;
 pub mod drivers;
 pub mod state;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use workload::config::Config;
 use workload::faults::injector::{FaultLog, Injector};
 use workload::run::{self, RunSpec};
+use workload::bench::{self, BenchSpec};
 use workload::{report, sdk};
 
 #[derive(Parser, Debug)]
@@ -46,6 +47,16 @@ enum Command {
         /// Cluster size (default: the number of --servers).
         #[arg(long, env = "WORKLOAD_CLUSTER_SIZE")]
         cluster_size: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Measure the workload against raw async-nats loops on a local cluster (see BENCHMARKS.md).
+    Bench {
+        /// Seconds instead of minutes: proves the benchmark produces numbers.
+        #[arg(long)]
+        smoke: bool,
+        #[arg(long, env = "NATS_SERVER")]
+        nats_server: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
     },
@@ -94,7 +105,7 @@ const EXIT_INFRA: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (Command::Local { common, .. } | Command::Run { common, .. }) = &cli.command;
+    let (Command::Local { common, .. } | Command::Run { common, .. } | Command::Bench { common, .. }) = &cli.command;
     let mut cfg = match Config::load(common.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return usage(&format!("{e:#}")),
@@ -103,6 +114,7 @@ fn main() -> ExitCode {
     let cluster_size = match &cli.command {
         Command::Local { nodes, .. } => Some(*nodes),
         Command::Run { servers, cluster_size, .. } => Some(cluster_size.unwrap_or(servers.len())),
+        Command::Bench { .. } => Some(3),
     };
     if cluster_size == Some(0) {
         return usage("the cluster needs at least one node");
@@ -194,6 +206,16 @@ async fn execute(command: Command, cfg: Config) -> anyhow::Result<ExitCode> {
         Command::Run { servers, monitor, cluster_size, common } => {
             let size = cluster_size.unwrap_or(servers.len());
             (common, servers, monitor, size, None, None)
+        }
+        Command::Bench { smoke, nats_server, common } => {
+            let bin = cluster::find_server(nats_server.as_deref())?;
+            let spec = if smoke { BenchSpec::smoke(cfg) } else { BenchSpec::full(cfg) };
+            let mut result = bench::run(spec, &bin, &common.out).await?;
+            result["server_version"] = json!(cluster::server_version(&bin));
+            std::fs::write(common.out.join("bench.json"), serde_json::to_string_pretty(&result)?)?;
+            bench::print(&result);
+            println!("bench: {}", common.out.join("bench.json").display());
+            return Ok(ExitCode::SUCCESS);
         }
     };
     let seed = common.seed.unwrap_or_else(rand::random);

@@ -3,6 +3,7 @@
 
 use crate::cluster::{http_client, unhealthy};
 use crate::config::Config;
+use crate::drivers::monitor::{self, Look, StreamWatch};
 use crate::drivers::{publisher, reader, scaler};
 use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
@@ -10,7 +11,6 @@ use crate::jsapi;
 use crate::retry::Liveness;
 use crate::sdk;
 use crate::state::{Ctx, Stats};
-use properties::confirm::Confirm;
 use properties::payload::RunMessages;
 use properties::Property;
 use serde_json::json;
@@ -72,7 +72,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
     if ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
         tasks.spawn(scaler::run(ctx.clone(), spec.seed));
     }
-    tasks.spawn(scaler::monitor(ctx.clone()));
+    tasks.spawn(monitor::run(ctx.clone()));
     tasks.spawn(progress(ctx.clone(), started));
     if let Some(injector) = spec.injector {
         // Joined with the drivers, so every fault is healed before the final verification.
@@ -139,26 +139,26 @@ async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
     let last_acked = Stats::get(&ctx.stats.last_acked_seq);
     tracing::info!(last_acked, "final verification");
     ctx.live.quiet.request(ctx.cfg.liveness.window, "final verification");
-    let final_ctx = ctx_for_final(ctx, &cancel);
+    let final_ctx = ctx.with_cancel(&cancel, true);
     if !wait_healthy(&final_ctx, &cancel).await {
         return Ok(false);
     }
     let client = final_ctx.connect("final").await?;
     // The stream must exist and cover the acks; a few looks, since the last faults may
     // have just healed (a stale answer is not a verdict).
-    let (mut missing, mut short) = (Confirm::new(Duration::from_secs(5), 3), Confirm::new(Duration::from_secs(5), 3));
+    let mut watch = StreamWatch::new(Duration::from_secs(5));
     let mut window = ctx.live.open("final stream state", Property::ClusterEventuallyHealthy);
     loop {
-        let answer = jsapi::stream_info(&client, &ctx.stream, ctx.api_timeout()).await;
-        match scaler::observe_stream(ctx, &answer, last_acked, &mut missing, &mut short) {
-            scaler::Look::Whole => break,
-            scaler::Look::Reported if answer.is_err() => {
+        let answer = jsapi::stream_info_deleted(&client, &ctx.stream, ctx.api_timeout()).await;
+        match watch.observe(ctx, &answer, last_acked) {
+            Look::Whole => break,
+            Look::Reported if answer.is_err() => {
                 tracing::error!("the stream is gone: nothing left to read");
                 return Ok(false);
             }
-            scaler::Look::Reported => break,
-            scaler::Look::Pending => tokio::time::sleep(Duration::from_secs(1)).await,
-            scaler::Look::Unobserved => {
+            Look::Reported => break,
+            Look::Pending => tokio::time::sleep(Duration::from_secs(1)).await,
+            Look::Unobserved => {
                 let error = answer.err().map(|e| e.to_string()).unwrap_or_default();
                 if !window.failed(&error, &cancel).await {
                     break;
@@ -176,23 +176,6 @@ async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
         sdk::hold(Property::AckedMessageNeverLost); // every ack read back, verified
     }
     Ok(complete)
-}
-
-/// The run's context with a fresh stop signal: the drivers' one is already cancelled.
-fn ctx_for_final(ctx: &Arc<Ctx>, cancel: &CancellationToken) -> Ctx {
-    Ctx {
-        cfg: ctx.cfg.clone(),
-        run: ctx.run.clone(),
-        stream: ctx.stream.clone(),
-        subject: ctx.subject.clone(),
-        servers: ctx.servers.clone(),
-        monitor_urls: ctx.monitor_urls.clone(),
-        cluster_size: ctx.cluster_size,
-        live: Liveness { give_up: true, ..ctx.live.clone() },
-        cancel: cancel.clone(),
-        stats: ctx.stats.clone(),
-        faults: ctx.faults.clone(),
-    }
 }
 
 /// A progress line every `report.progress_interval`.

@@ -28,6 +28,25 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The same run with another stop signal (the drivers' one is cancelled when they
+    /// stop; the final verification and the benchmark go on after that). `give_up`: stop
+    /// retrying after one expired liveness window.
+    pub fn with_cancel(&self, cancel: &CancellationToken, give_up: bool) -> Ctx {
+        Ctx {
+            cfg: self.cfg.clone(),
+            run: self.run.clone(),
+            stream: self.stream.clone(),
+            subject: self.subject.clone(),
+            servers: self.servers.clone(),
+            monitor_urls: self.monitor_urls.clone(),
+            cluster_size: self.cluster_size,
+            live: Liveness { give_up, ..self.live.clone() },
+            cancel: cancel.clone(),
+            stats: self.stats.clone(),
+            faults: self.faults.clone(),
+        }
+    }
+
     /// API request timeout: long enough for a busy leader, short next to the window.
     pub fn api_timeout(&self) -> Duration {
         Duration::from_secs(5)

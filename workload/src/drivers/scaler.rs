@@ -1,4 +1,4 @@
-//! The random replica scaler and the stream monitor.
+//! The random replica scaler.
 //!
 //! The scaler sends the stream's whole config back with a random replica count, sometimes
 //! a second different count right away, and sometimes waits for the change to settle
@@ -7,14 +7,12 @@
 //! hold at least every acknowledged message, each judged only when confirmed over time.
 
 use crate::cluster::{http_client, unhealthy};
-use crate::jsapi::{self, ApiError, StreamInfo};
+use crate::jsapi::{self, ApiError};
 use crate::sdk;
 use crate::state::{Ctx, Stats};
-use properties::confirm::{Confirm, Confirmation};
 use properties::scale::settled;
 use properties::Property;
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,89 +105,4 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
     sdk::hold(Property::ScaleWaitedUntilSettled);
     true
-}
-
-/// Watches the stream: it must keep existing and never fall below the last ack.
-pub async fn monitor(ctx: Arc<Ctx>) -> anyhow::Result<()> {
-    let client = ctx.connect("monitor").await?;
-    let hold = ctx.cfg.liveness.quiet;
-    let mut missing = Confirm::new(hold, 3);
-    let mut short = Confirm::new(hold, 3);
-    while !ctx.cancel.is_cancelled() {
-        let acked_before = Stats::get(&ctx.stats.last_acked_seq);
-        let answer = jsapi::stream_info(&client, &ctx.stream, ctx.api_timeout()).await;
-        observe_stream(&ctx, &answer, acked_before, &mut missing, &mut short);
-        tokio::select! {
-            _ = ctx.cancel.cancelled() => break,
-            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-        }
-    }
-    Ok(())
-}
-
-/// What one look at the stream showed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Look {
-    /// The stream exists and covers every ack.
-    Whole,
-    /// Missing or short, not yet for long enough to judge.
-    Pending,
-    /// Missing or short for long enough: reported.
-    Reported,
-    /// No answer: nothing judged.
-    Unobserved,
-}
-
-/// Feeds one stream-info answer to the two confirmations and reports what they confirm.
-pub fn observe_stream(
-    ctx: &Ctx,
-    answer: &Result<StreamInfo, ApiError>,
-    acked_before: u64,
-    missing: &mut Confirm,
-    short: &mut Confirm,
-) -> Look {
-    let now = ctx.live.now();
-    let not_found = matches!(answer, Err(e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND));
-    if not_found {
-        match missing.observe(now, true) {
-            Confirmation::Confirmed { bad_for } => {
-                sdk::check(Property::StreamNeverDisappears, false, &json!({
-                    "stream": ctx.stream, "not_found_for_s": bad_for.as_secs_f64(), "last_acked_seq": acked_before }));
-                missing.reset();
-                return Look::Reported;
-            }
-            Confirmation::Pending { ask_quiet: true } => ctx.live.quiet.request(ctx.cfg.liveness.quiet, "stream reported missing"),
-            _ => {}
-        }
-        return Look::Pending;
-    }
-    let Ok(info) = answer else { return Look::Unobserved };
-    missing.observe(now, false);
-    sdk::hold(Property::StreamNeverDisappears);
-    if let Some(cluster) = &info.view.cluster {
-        if let (Some(leader), Ok(mut l)) = (&cluster.leader, ctx.stats.leader.lock()) {
-            l.clone_from(leader);
-        }
-    }
-    let state = &info.view.state;
-    let covers = state.last_seq >= acked_before && state.messages >= acked_before;
-    match short.observe(now, !covers) {
-        Confirmation::Confirmed { bad_for } => {
-            sdk::check(Property::StreamStateCoversAcks, false, &json!({
-                "last_seq": state.last_seq, "messages": state.messages, "last_acked_seq": acked_before,
-                "below_for_s": bad_for.as_secs_f64() }));
-            short.reset();
-            Look::Reported
-        }
-        Confirmation::Pending { ask_quiet } => {
-            if ask_quiet {
-                ctx.live.quiet.request(ctx.cfg.liveness.quiet, "stream state below the last ack");
-            }
-            Look::Pending
-        }
-        Confirmation::Good => {
-            sdk::hold(Property::StreamStateCoversAcks);
-            Look::Whole
-        }
-    }
 }
