@@ -189,6 +189,11 @@ async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
         }
         let s = &ctx.stats;
         let (acked, verified) = (Stats::get(&s.acked), Stats::get(&s.verified));
+        let rss = rss_mib();
+        if let Some(kib) = rss.map(|m| (m * 1024.0) as u64) {
+            let _ = s.rss_kib_first.compare_exchange(0, kib, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed);
+            s.rss_kib_max.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+        }
         let secs = every.as_secs_f64();
         let leader = s.leader.lock().map(|l| l.clone()).unwrap_or_default();
         tracing::info!(
@@ -207,7 +212,7 @@ async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
             ctx.faults.as_ref().map_or(0, |f| f.starts()),
             ctx.live.quiet.count(),
             sdk::failures_so_far(),
-            rss_mib().map_or("?".into(), |m| format!("{m:.1}")),
+            rss.map_or("?".into(), |m| format!("{m:.1}")),
         );
         (acked0, verified0) = (acked, verified);
     }

@@ -118,6 +118,9 @@ stats! {
     /// Replica count last configured on the stream.
     replicas,
     liveness_windows_expired,
+    /// Resident set at the first progress line and the highest seen at any (KiB).
+    rss_kib_first,
+    rss_kib_max,
 }
 
 impl Stats {

@@ -56,6 +56,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 .await?;
             anyhow::Ok(consumer.messages().await?)
         };
+        let mut consumer_name = String::new();
         let Some(mut messages) = ctx
             .live
             .retry("create ordered consumer", Property::ConsumerEventuallyCatchesUp, &ctx.cancel, create)
@@ -94,7 +95,18 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 }
             };
             let seq = match msg.info() {
-                Ok(info) => info.stream_sequence,
+                Ok(info) => {
+                    // async-nats recreates an ordered consumer by itself (on consumer
+                    // sequence gaps, missed heartbeats, a deleted consumer) under a new
+                    // name: a new name on a delivery is that recreation.
+                    if consumer_name != info.consumer {
+                        if !consumer_name.is_empty() {
+                            recreated(ctx, "the client recreated the ordered consumer");
+                        }
+                        consumer_name = info.consumer.to_string();
+                    }
+                    info.stream_sequence
+                }
                 Err(e) => {
                     sdk::check(Property::ReadOnlyPublishedMessages, false, &json!({
                         "problem": "delivered message has no JetStream metadata", "error": e.to_string(),
