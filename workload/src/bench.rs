@@ -10,7 +10,7 @@
 
 use crate::cluster::LocalCluster;
 use crate::config::Config;
-use crate::drivers::{monitor, publisher, reader};
+use crate::drivers::{self, publisher, reader};
 use crate::faults::QuietRequests;
 use crate::jsapi;
 use crate::retry::Liveness;
@@ -28,6 +28,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -206,23 +207,14 @@ impl Bench {
     async fn memory(&mut self) -> anyhow::Result<Value> {
         let ctx = self.new_stream(self.spec.cfg.clone()).await?;
         let started = Instant::now();
-        let tasks = [
-            tokio::spawn(publisher::run(ctx.clone())),
-            tokio::spawn({
-                let c = ctx.clone();
-                async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) }
-            }),
-            tokio::spawn(monitor::run(ctx.clone())),
-        ];
+        let mut tasks = JoinSet::new();
+        drivers::spawn_core(&ctx, &mut tasks);
         let mut samples = Vec::new();
         for &mark in &self.spec.memory_marks {
             until(&ctx.stats.verified, mark, &ctx.cancel).await;
             samples.push(json!({ "verified": Stats::get(&ctx.stats.verified), "rss_mib": rss_mib(), "elapsed_s": started.elapsed().as_secs_f64() }));
         }
-        ctx.cancel.cancel();
-        for t in tasks {
-            t.await??;
-        }
+        drivers::stop(&ctx, tasks).await?;
         Ok(json!({ "samples": samples, "peak_rss_mib": peak_rss_mib() }))
     }
 
@@ -232,14 +224,8 @@ impl Bench {
         let mut times = Vec::new();
         for _ in 0..self.spec.detection_tries {
             let ctx = self.new_stream(self.spec.cfg.clone()).await?;
-            let tasks = [
-                tokio::spawn(publisher::run(ctx.clone())),
-                tokio::spawn({
-                    let c = ctx.clone();
-                    async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) }
-                }),
-                tokio::spawn(monitor::run(ctx.clone())),
-            ];
+            let mut tasks = JoinSet::new();
+            drivers::spawn_core(&ctx, &mut tasks);
             until(&ctx.stats.acked, 2_000, &ctx.cancel).await;
             let watched = [Property::AckedMessageNeverLost, Property::StreamStateCoversAcks, Property::ReadSequenceGapFree];
             let before: u64 = watched.iter().map(|p| sdk::counts(*p).failed).sum();
@@ -253,10 +239,7 @@ impl Bench {
             if deleted.elapsed() < limit {
                 times.push(deleted.elapsed().as_secs_f64());
             }
-            ctx.cancel.cancel();
-            for t in tasks {
-                t.await??;
-            }
+            drivers::stop(&ctx, tasks).await?;
         }
         Ok(json!({ "median_s": median(&times), "samples_s": times, "confirmation_hold_s": self.spec.cfg.liveness.quiet.as_secs_f64() }))
     }

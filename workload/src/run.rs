@@ -3,8 +3,8 @@
 
 use crate::cluster::{http_client, unhealthy};
 use crate::config::Config;
-use crate::drivers::monitor::{self, Look, StreamWatch};
-use crate::drivers::{publisher, reader, scaler};
+use crate::drivers::monitor::{Look, StreamWatch};
+use crate::drivers::{self, reader, scaler};
 use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
 use crate::jsapi;
@@ -66,13 +66,10 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
     }
 
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(publisher::run(ctx.clone()));
-    let c = ctx.clone();
-    tasks.spawn(async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) });
+    drivers::spawn_core(&ctx, &mut tasks);
     if ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
         tasks.spawn(scaler::run(ctx.clone(), spec.seed));
     }
-    tasks.spawn(monitor::run(ctx.clone()));
     tasks.spawn(progress(ctx.clone(), started));
     if let Some(injector) = spec.injector {
         // Joined with the drivers, so every fault is healed before the final verification.
@@ -83,14 +80,8 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
         _ = tokio::time::sleep(spec.duration) => tracing::info!("duration reached; stopping drivers"),
         _ = stop.cancelled() => tracing::info!("stop requested; stopping drivers"),
     }
-    ctx.cancel.cancel();
-    while let Some(res) = tasks.join_next().await {
-        match res {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!("driver ended with an error: {e:#}"),
-            Err(e) => tracing::error!("driver task failed: {e}"),
-        }
-    }
+    // A driver's error is logged; the final verification still runs.
+    let _ = drivers::stop(&ctx, tasks).await;
 
     let final_read_complete = final_verification(&ctx).await?;
     Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete })

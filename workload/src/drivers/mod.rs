@@ -3,3 +3,32 @@ pub mod monitor;
 pub mod publisher;
 pub mod reader;
 pub mod scaler;
+
+use crate::state::Ctx;
+use std::sync::Arc;
+use tokio::task::JoinSet;
+
+/// Starts the publisher, the live reader and the stream monitor on `ctx`; they run until
+/// `ctx.cancel`. The scaler is separate: not every caller scales.
+pub fn spawn_core(ctx: &Arc<Ctx>, tasks: &mut JoinSet<anyhow::Result<()>>) {
+    tasks.spawn(publisher::run(ctx.clone()));
+    let c = ctx.clone();
+    tasks.spawn(async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) });
+    tasks.spawn(monitor::run(ctx.clone()));
+}
+
+/// Cancels `ctx` and waits for every task; the first error is returned.
+pub async fn stop(ctx: &Ctx, mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
+    ctx.cancel.cancel();
+    let mut first = Ok(());
+    while let Some(res) = tasks.join_next().await {
+        let res = res.map_err(anyhow::Error::from).and_then(|r| r);
+        if let Err(e) = &res {
+            tracing::error!("driver ended with an error: {e:#}");
+        }
+        if first.is_ok() {
+            first = res;
+        }
+    }
+    first
+}
