@@ -66,8 +66,13 @@ impl StreamWatch {
         self.missing.observe(now, false);
         sdk::hold(Property::StreamNeverDisappears);
         if let Some(cluster) = &info.view.cluster {
-            if let (Some(leader), Ok(mut l)) = (&cluster.leader, ctx.stats.leader.lock()) {
-                l.clone_from(leader);
+            let leader = cluster.leader.clone().unwrap_or_default();
+            if let Ok(mut l) = ctx.stats.leader.lock() {
+                l.clone_from(&leader);
+            }
+            if leader.is_empty() {
+                // A leaderless stream's info carries no trustworthy state: judge nothing.
+                return Look::Unobserved;
             }
         }
         let state = &info.view.state;
