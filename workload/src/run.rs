@@ -150,7 +150,7 @@ async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
             Look::Reported => break,
             Look::Pending => tokio::time::sleep(Duration::from_secs(1)).await,
             Look::Unobserved => {
-                let error = answer.err().map(|e| e.to_string()).unwrap_or_default();
+                let error = answer.err().map_or_else(|| "stream has no leader".to_string(), |e| e.to_string());
                 if !window.failed(&error, &cancel).await {
                     break;
                 }
