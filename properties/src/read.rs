@@ -23,6 +23,11 @@ pub enum ReadOutcome {
     /// Sequences `from..=to` were skipped. Nothing was consumed: the caller looks the
     /// missing sequences up (see [`judge_missing`]) and then resumes from `from`.
     Gap { from: u64, to: u64 },
+    /// An already consumed sequence, delivered again. async-nats recreates an ordered
+    /// consumer that has delivered nothing yet from the start of the stream, so this is
+    /// not evidence against the server; its content is still checked (`violation`), and the
+    /// caller resumes at `next_seq()`.
+    Behind { violation: Option<Violation> },
     /// The message breaks one or more properties. Its sequence is consumed.
     Violations(Vec<Violation>),
 }
@@ -57,17 +62,22 @@ impl ReadVerifier {
             return ReadOutcome::Gap { from: self.next_seq, to: seq - 1 };
         }
         if seq < self.next_seq {
-            return ReadOutcome::Violations(vec![Violation::new(
-                Property::ReadSequenceGapFree,
-                json!({ "expected_seq": self.next_seq, "read_seq": seq, "problem": "sequence went backwards" }),
-            )]);
+            return ReadOutcome::Behind { violation: self.content(seq, msg_id, sum, payload) };
         }
         self.next_seq += 1;
+        match self.content(seq, msg_id, sum, payload) {
+            None => ReadOutcome::Verified,
+            Some(v) => ReadOutcome::Violations(vec![v]),
+        }
+    }
+
+    /// Whether the message at `seq` is exactly the one published for it.
+    fn content(&mut self, seq: u64, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> Option<Violation> {
         let Some(index) = msg_id.and_then(|id| self.messages.index_of(id)) else {
-            return ReadOutcome::Violations(vec![Violation::new(
+            return Some(Violation::new(
                 Property::ReadOnlyPublishedMessages,
                 json!({ "seq": seq, "msg_id": msg_id, "problem": "message id is not one of this run's" }),
-            )]);
+            ));
         };
         let mut problems = Vec::new();
         if index != seq {
@@ -83,13 +93,13 @@ impl ReadVerifier {
             problems.push("payload differs from the one published for this sequence".into());
         }
         if problems.is_empty() {
-            return ReadOutcome::Verified;
+            return None;
         }
-        ReadOutcome::Violations(vec![Violation::new(
+        Some(Violation::new(
             Property::ReadContentMatchesPublish,
             json!({ "seq": seq, "msg_id": msg_id, "checksum_header": sum, "payload_sha256": actual_sum,
                     "payload_len": payload.len(), "problems": problems }),
-        )])
+        ))
     }
 
     /// Continue after a judged gap: the reader resumes from the first delivered sequence.
@@ -153,7 +163,10 @@ mod tests {
         assert_eq!(one(v.check(4, Some(&m.msg_id(4)), Some(&checksum(&bad)), &bad)), Property::ReadContentMatchesPublish);
         let p5 = m.payload(5);
         assert_eq!(one(v.check(5, Some(&m.msg_id(5)), Some("00"), &p5)), Property::ReadContentMatchesPublish);
-        assert_eq!(one(deliver(&mut v, &m, 5)), Property::ReadSequenceGapFree, "backwards");
+        assert_eq!(deliver(&mut v, &m, 5), ReadOutcome::Behind { violation: None }, "a redelivery is not a violation");
+        let behind_bad = v.check(2, Some(&m.msg_id(2)), Some("00"), &m.payload(2));
+        assert!(matches!(behind_bad, ReadOutcome::Behind { violation: Some(ref x) } if x.property == Property::ReadContentMatchesPublish));
+        assert_eq!(v.next_seq(), 6, "redeliveries consume nothing");
         assert_eq!(deliver(&mut v, &m, 6), ReadOutcome::Verified);
     }
 

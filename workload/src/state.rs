@@ -109,6 +109,8 @@ stats! {
     /// Messages verified by the final full read.
     final_verified,
     consumer_recreates,
+    /// Deliveries of already verified sequences (the client restarted a consumer from 1).
+    redeliveries,
     scale_requests,
     /// Scale requests sent again because a late, older request had undone them.
     scale_reissued,

@@ -127,6 +127,16 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     }
                 }
                 ReadOutcome::Violations(vs) => vs.iter().for_each(sdk::violation),
+                ReadOutcome::Behind { violation } => {
+                    if let Some(v) = violation {
+                        sdk::violation(&v);
+                    }
+                    // The client restarted the consumer from the stream's start (it does
+                    // so when it recreates one that had delivered nothing): resume ours.
+                    Stats::add(&ctx.stats.redeliveries, 1);
+                    recreated(ctx, "an already verified sequence was delivered again");
+                    continue 'consumer;
+                }
                 ReadOutcome::Gap { from, to } => {
                     match look_up(ctx, &client, from).await {
                         None => {} // could not observe: no judgment, read the gap again
