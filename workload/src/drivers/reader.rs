@@ -69,12 +69,19 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => return Ok(verifier.next_seq()),
                 _ = tick.tick() => {
-                    if !catch_up.tick(ctx, until, &verifier) {
-                        if ctx.live.give_up {
-                            return Ok(verifier.next_seq());
+                    match catch_up.tick(ctx, until, &verifier) {
+                        Tick::Go => {}
+                        Tick::Recreate => {
+                            // Faults pause now: a consumer stuck since the last fault would
+                            // wait two missed heartbeats (30 s) before the client replaces it.
+                            recreated(ctx, "quiet period started while behind");
+                            continue 'consumer;
                         }
-                        recreated(ctx, "no progress for a whole liveness window");
-                        continue 'consumer;
+                        Tick::Expired if ctx.live.give_up => return Ok(verifier.next_seq()),
+                        Tick::Expired => {
+                            recreated(ctx, "no progress for a whole liveness window");
+                            continue 'consumer;
+                        }
                     }
                     if done(ctx, until, &verifier) {
                         return Ok(verifier.next_seq());
@@ -216,8 +223,9 @@ struct CatchUp {
 }
 
 impl CatchUp {
-    /// Once a second. False when a window ran out (reported): the consumer is recreated.
-    fn tick(&mut self, ctx: &Ctx, until: Until, verifier: &ReadVerifier) -> bool {
+    /// Once a second: says whether to go on, to recreate the consumer now that faults
+    /// pause, or that a window ran out (reported).
+    fn tick(&mut self, ctx: &Ctx, until: Until, verifier: &ReadVerifier) -> Tick {
         let now = ctx.live.now();
         let consumed = verifier.consumed();
         if let Some((target, w)) = &self.target {
@@ -234,21 +242,27 @@ impl CatchUp {
             if consumed < goal {
                 self.target = Some((goal, Window::open(ctx.cfg.window(), now)));
             }
-            return true;
+            return Tick::Go;
         };
         match w.failed(now) {
-            Next::Retry(_) => true,
+            Next::Retry(_) => Tick::Go,
             Next::RequestQuiet { quiet, .. } => {
                 ctx.live.quiet.request_for_window(quiet, &format!("reader behind at {consumed} of {target}"));
-                true
+                Tick::Recreate
             }
             Next::Expired { elapsed, .. } => {
                 sdk::check(Property::ConsumerEventuallyCatchesUp, false, &json!({
                     "target": *target, "consumed": consumed, "elapsed_s": elapsed.as_secs_f64() }));
                 Stats::add(&ctx.stats.liveness_windows_expired, 1);
                 self.target = None;
-                false
+                Tick::Expired
             }
         }
     }
+}
+
+enum Tick {
+    Go,
+    Recreate,
+    Expired,
 }
