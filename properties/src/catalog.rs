@@ -74,7 +74,7 @@ macro_rules! for_each_property {
             (ScaleWaitedUntilSettled, sometimes, "scale-waited-until-settled",
              "the scaler waited for a replica change to settle and saw it settle")
             (ConsumerRecreated, sometimes, "consumer-recreated",
-             "the reader recreated its ordered consumer after an error and went on")
+             "the ordered consumer was recreated (by the client or by the reader) and reading went on")
             (QuietPeriodRequested, sometimes, "liveness-quiet-period-requested",
              "a liveness window ran long enough to ask for faults to pause")
             (SetupCompleted, reachable, "setup-completed",
