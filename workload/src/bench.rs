@@ -235,8 +235,8 @@ impl Bench {
             let watched = [Property::AckedMessageNeverLost, Property::StreamStateCoversAcks, Property::ReadSequenceGapFree];
             let before: u64 = watched.iter().map(|p| sdk::counts(*p).failed).sum();
             let seq = Stats::get(&ctx.stats.last_acked_seq) / 2;
+            let deleted = Instant::now(); // the server may apply it before its reply reaches us
             jsapi::request(&self.client, &format!("STREAM.MSG.DELETE.{}", ctx.stream), &json!({ "seq": seq }), Duration::from_secs(5)).await?;
-            let deleted = Instant::now();
             let limit = ctx.cfg.liveness.window * 2;
             while watched.iter().map(|p| sdk::counts(*p).failed).sum::<u64>() == before && deleted.elapsed() < limit {
                 tokio::time::sleep(Duration::from_millis(50)).await;
