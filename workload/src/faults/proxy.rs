@@ -101,7 +101,11 @@ async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp:
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(1024);
     let writer = async move {
         while let Some((due, chunk)) = rx.recv().await {
-            tokio::time::sleep_until(due).await;
+            // Only touch the timer for a real delay: even a deadline already passed waits
+            // for the timer's next millisecond tick, which throttled every hop.
+            if due > tokio::time::Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
             if to.write_all(&chunk).await.is_err() {
                 break;
             }
