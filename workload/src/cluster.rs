@@ -134,6 +134,14 @@ impl Network {
             .collect()
     }
 
+    /// What cutting `side` off takes: the routes crossing to the other nodes, and the
+    /// client links of `side`.
+    pub fn partition_links(&self, side: &[usize]) -> Vec<&Link> {
+        let mut links = self.links_between(side);
+        links.extend(side.iter().map(|j| &self.clients[*j]));
+        links
+    }
+
     pub fn heal_all(&self) {
         self.clients.iter().chain(self.routes.iter().flatten().flatten()).for_each(Link::heal);
     }

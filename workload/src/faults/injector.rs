@@ -72,7 +72,8 @@ impl FaultLog {
         let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
         let mut starts: BTreeMap<String, u64> = BTreeMap::new();
         for e in events.iter().filter(|e| e.event == "start") {
-            *starts.entry(format!("{:?}", e.kind).to_lowercase()).or_default() += 1;
+            let kind = serde_json::to_value(e.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            *starts.entry(kind).or_default() += 1;
         }
         json!({ "starts": starts, "events": events })
     }
@@ -178,10 +179,13 @@ impl Injector {
 
     /// Starts one fault whose precondition holds, if any.
     async fn start_one(&mut self) {
-        let n = self.cluster.lock().await.nodes.len();
-        let proxied = self.cluster.lock().await.network.is_some();
-        let budget = self.cfg.max_faulty(n).saturating_sub(self.faulty().len());
-        let healthy: Vec<usize> = (0..n).filter(|i| !self.faulty().contains(i)).collect();
+        let (n, proxied) = {
+            let cluster = self.cluster.lock().await;
+            (cluster.nodes.len(), cluster.network.is_some())
+        };
+        let faulty = self.faulty();
+        let budget = self.cfg.max_faulty(n).saturating_sub(faulty.len());
+        let healthy: Vec<usize> = (0..n).filter(|i| !faulty.contains(i)).collect();
         if budget == 0 || healthy.is_empty() || n < 2 {
             return;
         }
@@ -203,10 +207,8 @@ impl Injector {
             _ => vec![*healthy.choose(&mut self.rng).expect("healthy is not empty")],
         };
         let lasts = self.between(self.cfg.faults.fault_min, self.cfg.faults.fault_max);
-        let detail = self.apply(kind, &nodes).await;
-        let ends = Instant::now() + if kind == FaultKind::Restart { Duration::ZERO } else { lasts };
-        self.record("start", kind, &nodes, detail).await;
-        self.active.push(Active { kind, nodes, ends });
+        // A restart is over once the node is back: it ends at the next step.
+        self.force(kind, nodes, if kind == FaultKind::Restart { Duration::ZERO } else { lasts }).await;
     }
 
     /// Puts a fault in place; returns what the log should show (pids, links).
@@ -233,8 +235,7 @@ impl Injector {
             }
             FaultKind::Isolate | FaultKind::Split => {
                 let Some(net) = &cluster.network else { return Value::Null };
-                let mut cut = net.links_between(nodes);
-                cut.extend(nodes.iter().map(|j| &net.clients[*j]));
+                let cut = net.partition_links(nodes);
                 cut.iter().for_each(|l| l.cut());
                 json!({ "links_cut": cut.iter().map(|l| l.name.clone()).collect::<Vec<_>>() })
             }
@@ -262,9 +263,7 @@ impl Injector {
                 FaultKind::Restart => Value::Null,
                 FaultKind::Isolate | FaultKind::Split => {
                     if let Some(net) = &cluster.network {
-                        let mut links = net.links_between(&a.nodes);
-                        links.extend(a.nodes.iter().map(|j| &net.clients[*j]));
-                        links.iter().for_each(|l| l.heal());
+                        net.partition_links(&a.nodes).iter().for_each(|l| l.heal());
                     }
                     Value::Null
                 }
