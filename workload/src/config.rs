@@ -16,6 +16,7 @@ pub struct Config {
     pub scale: ScaleConfig,
     pub liveness: LivenessConfig,
     pub faults: FaultsConfig,
+    pub composer: ComposerConfig,
     pub report: ReportConfig,
 }
 
@@ -137,6 +138,23 @@ impl Default for FaultsConfig {
     }
 }
 
+/// The Antithesis Test Composer commands (`workload composer ...`).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ComposerConfig {
+    /// A driver without --duration runs for a random time in [driver_min, driver_max].
+    #[serde(with = "humantime_serde")]
+    pub driver_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub driver_max: Duration,
+}
+
+impl Default for ComposerConfig {
+    fn default() -> Self {
+        Self { driver_min: Duration::from_secs(10), driver_max: Duration::from_secs(120) }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct ReportConfig {
@@ -190,6 +208,7 @@ impl Default for Config {
             scale: ScaleConfig::default(),
             liveness: LivenessConfig::default(),
             faults: FaultsConfig::default(),
+            composer: ComposerConfig::default(),
             report: ReportConfig::default(),
         }
     }
@@ -265,6 +284,7 @@ impl Config {
             ("faults.off_min", f.off_min, f.off_max),
             ("faults.on_min", f.on_min, f.on_max),
             ("faults.fault_min", f.fault_min, f.fault_max),
+            ("composer.driver_min", self.composer.driver_min, self.composer.driver_max),
         ] {
             if lo > hi {
                 return Err(bad(field, "must not exceed its _max"));

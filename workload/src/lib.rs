@@ -1,3 +1,4 @@
+pub mod composer;
 pub mod config;
 pub mod sdk;
 pub mod faults;

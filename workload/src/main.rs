@@ -14,6 +14,7 @@ use workload::config::Config;
 use workload::faults::injector::{FaultLog, Injector};
 use workload::run::{self, RunSpec};
 use workload::bench::{self, BenchSpec};
+use workload::composer::{self, StateDir};
 use workload::{report, sdk};
 
 #[derive(Parser, Debug)]
@@ -38,17 +39,15 @@ enum Command {
     },
     /// Run against an existing cluster.
     Run {
-        /// Client URLs, comma-separated.
-        #[arg(long, env = "WORKLOAD_SERVERS", value_delimiter = ',', required = true)]
-        servers: Vec<String>,
-        /// Monitoring base URLs (http://host:8222), comma-separated, for /healthz checks.
-        #[arg(long, env = "WORKLOAD_MONITOR", value_delimiter = ',')]
-        monitor: Vec<String>,
-        /// Cluster size (default: the number of --servers).
-        #[arg(long, env = "WORKLOAD_CLUSTER_SIZE")]
-        cluster_size: Option<usize>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
         #[command(flatten)]
         common: Common,
+    },
+    /// The Antithesis Test Composer commands (workload/antithesis/test/v1/jetstream/ calls these).
+    Composer {
+        #[command(subcommand)]
+        step: Step,
     },
     /// Measure the workload against raw async-nats loops on a local cluster (see BENCHMARKS.md).
     Bench {
@@ -63,13 +62,52 @@ enum Command {
 }
 
 #[derive(Args, Debug)]
+struct ClusterArgs {
+    /// Client URLs, comma-separated.
+    #[arg(long, env = "WORKLOAD_SERVERS", value_delimiter = ',', required = true)]
+    servers: Vec<String>,
+    /// Monitoring base URLs (http://host:8222), comma-separated, for /healthz checks.
+    #[arg(long, env = "WORKLOAD_MONITOR", value_delimiter = ',')]
+    monitor: Vec<String>,
+    /// Cluster size (default: the number of --servers).
+    #[arg(long, env = "WORKLOAD_CLUSTER_SIZE")]
+    cluster_size: Option<usize>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Step {
+    /// The container's long-lived command: a healthy cluster, `setup_complete` once, then idle.
+    Entrypoint(ComposerArgs),
+    /// parallel_driver_*: publish, read and scale a stream of its own for a random time
+    /// (composer.driver_min ..= driver_max, or --duration), recording what was acknowledged.
+    Driver(ComposerArgs),
+    /// eventually_*: verify every recorded stream (faults are paused; drivers may still run).
+    Eventually(ComposerArgs),
+    /// finally_*: verify every recorded stream once every driver has ended.
+    Finally(ComposerArgs),
+}
+
+#[derive(Args, Debug)]
+struct ComposerArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Directory the commands share (a volume): driver records, and each command's output
+    /// under runs/ unless --out is given.
+    #[arg(long, env = "WORKLOAD_STATE", default_value = "/state")]
+    state: PathBuf,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
 struct Common {
-    /// How long to drive the workload before the final verification (e.g. 60s, 8h).
-    #[arg(long, env = "WORKLOAD_DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
-    duration: Duration,
-    /// Directory for sdk.jsonl, report.json and node logs.
-    #[arg(long, env = "WORKLOAD_OUT", default_value = "runs/latest")]
-    out: PathBuf,
+    /// How long to drive the workload before the final verification (e.g. 60s, 8h;
+    /// default 60s, or random for a composer driver).
+    #[arg(long, env = "WORKLOAD_DURATION", value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Directory for sdk.jsonl, report.json and node logs (default runs/latest).
+    #[arg(long, env = "WORKLOAD_OUT")]
+    out: Option<PathBuf>,
     /// Seed for payloads and random choices (default: random, printed and reported).
     #[arg(long, env = "WORKLOAD_SEED")]
     seed: Option<u64>,
@@ -103,23 +141,70 @@ const EXIT_PROPERTY_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_INFRA: u8 = 3;
 
+impl Command {
+    fn common(&self) -> &Common {
+        match self {
+            Command::Local { common, .. } | Command::Run { common, .. } | Command::Bench { common, .. } => common,
+            Command::Composer { step } => &step.args().common,
+        }
+    }
+
+    fn cluster_size(&self) -> usize {
+        let of = |c: &ClusterArgs| c.cluster_size.unwrap_or(c.servers.len());
+        match self {
+            Command::Local { nodes, .. } => *nodes,
+            Command::Run { cluster, .. } => of(cluster),
+            Command::Composer { step } => of(&step.args().cluster),
+            Command::Bench { .. } => 3,
+        }
+    }
+
+    /// Where sdk.jsonl and report.json go. Each composer command gets a directory of its own
+    /// on the shared volume, since several run at once.
+    fn out(&self) -> PathBuf {
+        if let Some(out) = &self.common().out {
+            return out.clone();
+        }
+        match self {
+            Command::Composer { step } => {
+                let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+                step.args().state.join("runs").join(format!("{}-{millis}-{}", step.name(), std::process::id()))
+            }
+            _ => PathBuf::from("runs/latest"),
+        }
+    }
+}
+
+impl Step {
+    fn args(&self) -> &ComposerArgs {
+        match self {
+            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) => a,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Step::Entrypoint(_) => "entrypoint",
+            Step::Driver(_) => "driver",
+            Step::Eventually(_) => "eventually",
+            Step::Finally(_) => "finally",
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (Command::Local { common, .. } | Command::Run { common, .. } | Command::Bench { common, .. }) = &cli.command;
+    let common = cli.command.common();
     let mut cfg = match Config::load(common.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return usage(&format!("{e:#}")),
     };
     apply_overrides(&mut cfg, common);
-    let cluster_size = match &cli.command {
-        Command::Local { nodes, .. } => Some(*nodes),
-        Command::Run { servers, cluster_size, .. } => Some(cluster_size.unwrap_or(servers.len())),
-        Command::Bench { .. } => Some(3),
-    };
-    if cluster_size == Some(0) {
+    let cluster_size = cli.command.cluster_size();
+    if cluster_size == 0 {
         return usage("the cluster needs at least one node");
     }
-    if let Err(e) = cfg.validate(cluster_size) {
+    if let Err(e) = cfg.validate(Some(cluster_size)) {
         return usage(&e.to_string());
     }
     if let Some(id) = &common.run_id {
@@ -127,11 +212,12 @@ fn main() -> ExitCode {
             return usage("--run-id must be letters, digits and '_' (it names a stream and a subject token)");
         }
     }
-    if let Err(e) = std::fs::create_dir_all(&common.out) {
-        eprintln!("cannot create {}: {e}", common.out.display());
+    let out = cli.command.out();
+    if let Err(e) = std::fs::create_dir_all(&out) {
+        eprintln!("cannot create {}: {e}", out.display());
         return ExitCode::from(EXIT_INFRA);
     }
-    let sdk_out = common.out.join("sdk.jsonl");
+    let sdk_out = out.join("sdk.jsonl");
     if std::env::var_os("ANTITHESIS_SDK_LOCAL_OUTPUT").is_none() {
         let _ = std::fs::remove_file(&sdk_out); // this run's output only
     }
@@ -150,7 +236,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_INFRA);
         }
     };
-    match runtime.block_on(execute(cli.command, cfg)) {
+    match runtime.block_on(execute(cli.command, cfg, out)) {
         Ok(code) => code,
         Err(e) => {
             tracing::error!("run could not be carried out: {e:#}");
@@ -185,14 +271,19 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     }
 }
 
-async fn execute(command: Command, cfg: Config) -> anyhow::Result<ExitCode> {
+async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<ExitCode> {
     let stop = CancellationToken::new();
     tokio::spawn(stop_on_signal(stop.clone()));
-    let (common, servers, monitor, cluster_size, server_version, cluster) = match command {
-        Command::Local { nodes, nats_server, common } => {
+    let cluster_size = command.cluster_size();
+    // From the Antithesis SDK, so Antithesis can steer it (outside it: the OS's randomness).
+    let seed = command.common().seed.unwrap_or_else(antithesis_sdk::random::get_random);
+    let run_id = command.common().run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
+    let duration = command.common().duration;
+    let (servers, monitor, server_version, cluster, composer) = match command {
+        Command::Local { nodes, nats_server, .. } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
             let version = cluster::server_version(&bin);
-            let dir = common.out.join("cluster");
+            let dir = out.join("cluster");
             let _ = std::fs::remove_dir_all(&dir); // fresh data dirs every run
             let mut local = LocalCluster::start(&bin, nodes, &dir, cfg.faults.enabled).await?;
             tracing::info!(nodes, server = %bin.display(), version = version.as_deref().unwrap_or("?"), faults = cfg.faults.enabled, "starting local cluster in {}", dir.display());
@@ -201,53 +292,88 @@ async fn execute(command: Command, cfg: Config) -> anyhow::Result<ExitCode> {
                 _ = stop.cancelled() => return Ok(ExitCode::from(EXIT_INFRA)),
             }
             let (servers, monitor) = (local.client_urls(), local.monitor_urls());
-            (common, servers, monitor, nodes, version, Some(Arc::new(tokio::sync::Mutex::new(local))))
+            (servers, monitor, version, Some(Arc::new(tokio::sync::Mutex::new(local))), None)
         }
-        Command::Run { servers, monitor, cluster_size, common } => {
-            let size = cluster_size.unwrap_or(servers.len());
-            (common, servers, monitor, size, None, None)
+        Command::Run { cluster, .. } => (cluster.servers, cluster.monitor, None, None, None),
+        Command::Composer { step } => {
+            let name = step.name();
+            let ComposerArgs { cluster, state, .. } = match step {
+                Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) => a,
+            };
+            (cluster.servers, cluster.monitor, None, None, Some((name, StateDir(state))))
         }
-        Command::Bench { smoke, nats_server, common } => {
+        Command::Bench { smoke, nats_server, .. } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
             let spec = if smoke { BenchSpec::smoke(cfg) } else { BenchSpec::full(cfg) };
-            let mut result = bench::run(spec, &bin, &common.out).await?;
+            let mut result = bench::run(spec, &bin, &out).await?;
             result["server_version"] = json!(cluster::server_version(&bin));
-            std::fs::write(common.out.join("bench.json"), serde_json::to_string_pretty(&result)?)?;
+            std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(&result)?)?;
             bench::print(&result);
-            println!("bench: {}", common.out.join("bench.json").display());
+            println!("bench: {}", out.join("bench.json").display());
             return Ok(ExitCode::SUCCESS);
         }
     };
-    let seed = common.seed.unwrap_or_else(rand::random);
-    let run_id = common.run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
-    tracing::info!(seed, run_id, duration = ?common.duration, "run starting");
-    let fault_log = Arc::new(FaultLog::new(Some(common.out.join("faults.jsonl"))));
+    let duration = match (&composer, duration) {
+        (_, Some(d)) => d,
+        (Some(_), None) => {
+            let c = &cfg.composer;
+            c.driver_min + (c.driver_max - c.driver_min).mul_f64((seed % 1_000_000) as f64 / 1_000_000.0)
+        }
+        (None, None) => Duration::from_secs(60),
+    };
+    let fault_log = Arc::new(FaultLog::new(Some(out.join("faults.jsonl"))));
     let injector = match &cluster {
         Some(c) if cfg.faults.enabled => Some(Injector::new(c.clone(), cfg.clone(), seed, fault_log.clone())),
         _ => None,
     };
-    let spec = RunSpec { cfg: cfg.clone(), servers, monitor_urls: monitor, cluster_size, seed, run_id: run_id.clone(), duration: common.duration, injector };
-    let finished = run::run(spec, stop).await?;
-    let (stream, _) = run::names(&run_id);
-    let report = report::build(json!({
-        "seed": seed,
-        "run_id": run_id,
-        "stream": stream,
-        "server_version": server_version,
-        "cluster_size": cluster_size,
-        "elapsed_s": finished.elapsed.as_secs_f64(),
-        "final_read_complete": finished.final_read_complete,
-        "rss_mib_end": run::rss_mib(),
-        "counters": finished.ctx.stats.to_json(),
-        "quiet_requests": finished.ctx.live.quiet.count(),
-        "faults": fault_log.summary(),
-        "config": cfg,
-    }));
-    let path = common.out.join("report.json");
+    let mut spec = RunSpec { cfg: cfg.clone(), servers, monitor_urls: monitor, cluster_size, seed, run_id: run_id.clone(), duration, injector, composer: None };
+    let mut facts = json!({ "seed": seed, "server_version": server_version, "cluster_size": cluster_size, "config": cfg });
+    match composer {
+        Some(("entrypoint", _)) => {
+            return Ok(if composer::entrypoint(&spec, stop).await? { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INFRA) });
+        }
+        Some((step @ ("eventually" | "finally"), state)) => {
+            let started = std::time::Instant::now();
+            let streams = composer::verify(&spec, &state, stop).await?;
+            facts["command"] = json!(step);
+            facts["elapsed_s"] = json!(started.elapsed().as_secs_f64());
+            facts["streams"] = json!(streams);
+        }
+        driver => {
+            let is_driver = driver.is_some();
+            spec.composer = driver.map(|(_, state)| state);
+            tracing::info!(seed, run_id, ?duration, "run starting");
+            let finished = run::run(spec, stop).await?;
+            let (stream, _) = run::names(&run_id);
+            facts["command"] = json!(if is_driver { "driver" } else { "run" });
+            facts["run_id"] = json!(run_id);
+            facts["stream"] = json!(stream);
+            facts["elapsed_s"] = json!(finished.elapsed.as_secs_f64());
+            facts["final_read_complete"] = json!(finished.final_read_complete);
+            facts["rss_mib_end"] = json!(run::rss_mib());
+            facts["counters"] = finished.ctx.stats.to_json();
+            facts["quiet_requests"] = json!(finished.ctx.live.quiet.count());
+            facts["faults"] = fault_log.summary();
+            if is_driver {
+                // A property failure is an assertion, not an exit code (Test Composer).
+                finish_report(facts, &out)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+        }
+    }
+    let composer_step = facts["command"] != "run";
+    let verdict = finish_report(facts, &out)?;
+    Ok(if verdict || composer_step { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROPERTY_FAILED) })
+}
+
+/// Writes and prints the report; true when its verdict is "pass".
+fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Result<bool> {
+    let report = report::build(facts);
+    let path = out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     report::print(&report);
     println!("report: {}", path.display());
-    Ok(if report["verdict"] == "pass" { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROPERTY_FAILED) })
+    Ok(report["verdict"] == "pass")
 }
 
 /// First SIGINT/SIGTERM: stop the drivers and verify. A second one: leave at once.

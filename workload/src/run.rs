@@ -2,6 +2,7 @@
 //! duration, stop them, then verify everything acknowledged with faults paused.
 
 use crate::cluster::{http_client, unhealthy};
+use crate::composer::{self, StateDir};
 use crate::config::Config;
 use crate::drivers::monitor::{Look, StreamWatch};
 use crate::drivers::{self, reader, scaler};
@@ -28,6 +29,10 @@ pub struct RunSpec {
     pub duration: Duration,
     /// The local fault injector, for `workload local`.
     pub injector: Option<Injector>,
+    /// A Test Composer driver: no `setup_complete` (the entrypoint's), no final
+    /// verification (the eventually_/finally_ commands'), and what was acknowledged is
+    /// recorded in this state directory while the run goes on.
+    pub composer: Option<StateDir>,
 }
 
 /// What a finished run hands to the report.
@@ -43,25 +48,30 @@ pub fn names(run_id: &str) -> (String, String) {
     (format!("WORKLOAD_{run_id}"), format!("workload.{run_id}"))
 }
 
-pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finished> {
-    let started = Instant::now();
+/// The shared state of one run on `run_id`'s stream; its drivers stop with `cancel`.
+pub fn context(spec: &RunSpec, cancel: CancellationToken, started: Instant) -> Ctx {
     let (stream, subject) = names(&spec.run_id);
-    let live = Liveness { cfg: spec.cfg.window(), origin: started, quiet: QuietRequests::default(), give_up: false };
-    let ctx = Arc::new(Ctx {
+    Ctx {
         run: RunMessages::new(&spec.run_id, spec.seed, spec.cfg.publish.payload_size),
-        cfg: spec.cfg,
+        cfg: spec.cfg.clone(),
         stream,
         subject,
-        servers: spec.servers,
-        monitor_urls: spec.monitor_urls,
+        servers: spec.servers.clone(),
+        monitor_urls: spec.monitor_urls.clone(),
         cluster_size: spec.cluster_size,
-        live,
-        cancel: stop.child_token(),
+        live: Liveness { cfg: spec.cfg.window(), origin: started, quiet: QuietRequests::default(), give_up: false },
+        cancel,
         stats: Arc::new(Stats::default()),
         faults: spec.injector.as_ref().map(|i| i.log.clone()),
-    });
+    }
+}
 
-    if !setup(&ctx).await? {
+pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finished> {
+    let started = Instant::now();
+    let ctx = Arc::new(context(&spec, stop.child_token(), started));
+    let composer = spec.composer;
+
+    if !setup(&ctx, composer.is_none()).await? {
         return Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete: false });
     }
 
@@ -71,6 +81,9 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
         tasks.spawn(scaler::run(ctx.clone(), spec.seed));
     }
     tasks.spawn(progress(ctx.clone(), started));
+    if let Some(state) = &composer {
+        tasks.spawn(composer::record_while_running(ctx.clone(), state.clone()));
+    }
     if let Some(injector) = spec.injector {
         // Joined with the drivers, so every fault is healed before the final verification.
         tasks.spawn(injector.run(ctx.cancel.clone(), ctx.live.quiet.subscribe(), started));
@@ -83,24 +96,32 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
     // A driver's error is logged; the final verification still runs.
     let _ = drivers::stop(&ctx, tasks).await;
 
-    let final_read_complete = final_verification(&ctx).await?;
+    if let Some(state) = &composer {
+        composer::record(&ctx, state, true)?;
+        return Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete: false });
+    }
+    let final_read_complete = final_verification(&ctx, true).await?;
     Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete })
 }
 
-/// Healthy cluster and the stream in place, each within a liveness window; then
-/// `setup_complete`. False when stopped before that.
-async fn setup(ctx: &Ctx) -> anyhow::Result<bool> {
+/// A connection to a cluster whose every node is healthy, each within a liveness window.
+/// None when that failed (reported) or the run was stopped.
+pub async fn ready(ctx: &Ctx) -> anyhow::Result<Option<async_nats::Client>> {
     let client = match tokio::time::timeout(ctx.cfg.liveness.window, ctx.connect("setup")).await {
         Ok(client) => client?,
         Err(_) => {
             sdk::check(Property::ClusterEventuallyHealthy, false, &json!({
                 "op": "connect", "servers": ctx.servers, "elapsed_s": ctx.cfg.liveness.window.as_secs_f64() }));
-            return Ok(false);
+            return Ok(None);
         }
     };
-    if !wait_healthy(ctx, &ctx.cancel).await {
-        return Ok(false);
-    }
+    Ok(wait_healthy(ctx, &ctx.cancel).await.then_some(client))
+}
+
+/// Healthy cluster and the stream in place, each within a liveness window; then
+/// `setup_complete` when `announce`. False when stopped before that.
+async fn setup(ctx: &Ctx, announce: bool) -> anyhow::Result<bool> {
+    let Some(client) = ready(ctx).await? else { return Ok(false) };
     let replicas = ctx.cfg.stream.initial_replicas.min(ctx.cluster_size).max(1);
     let config = jsapi::stream_config(&ctx.stream, &ctx.subject, replicas, ctx.cfg.stream.duplicate_window);
     let create = || jsapi::create_stream(&client, &config, ctx.api_timeout());
@@ -108,8 +129,10 @@ async fn setup(ctx: &Ctx) -> anyhow::Result<bool> {
         return Ok(false);
     }
     ctx.stats.replicas.store(replicas as u64, std::sync::atomic::Ordering::Relaxed);
-    sdk::setup_complete(&json!({ "stream": ctx.stream, "replicas": replicas, "servers": ctx.servers }));
-    tracing::info!(stream = %ctx.stream, replicas, "setup complete");
+    if announce {
+        sdk::setup_complete(&json!({ "stream": ctx.stream, "replicas": replicas, "servers": ctx.servers }));
+    }
+    tracing::info!(stream = %ctx.stream, replicas, "stream created");
     Ok(true)
 }
 
@@ -124,8 +147,9 @@ async fn wait_healthy(ctx: &Ctx, cancel: &CancellationToken) -> bool {
 }
 
 /// With faults paused: the cluster heals, the stream still covers every ack, the last
-/// requested replica count settles, and a full read verifies 1 ..= last ack.
-async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
+/// requested replica count settles (when `settle`: nobody scales it any more), and a full
+/// read verifies 1 ..= last ack. True when the read ran to its end.
+pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool) -> anyhow::Result<bool> {
     let cancel = CancellationToken::new();
     let last_acked = Stats::get(&ctx.stats.last_acked_seq);
     tracing::info!(last_acked, "final verification");
@@ -157,7 +181,7 @@ async fn final_verification(ctx: &Arc<Ctx>) -> anyhow::Result<bool> {
             }
         }
     }
-    if ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
+    if settle && ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
         let replicas = Stats::get(&ctx.stats.replicas) as usize;
         scaler::wait_settled(&final_ctx, &client, replicas).await;
     }

@@ -1,0 +1,3 @@
+#!/bin/sh
+# After every driver: the full verification of every recorded stream.
+exec workload composer finally "$@"
