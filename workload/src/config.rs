@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::time::Duration;
 
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub stream: StreamConfig,
@@ -200,19 +200,6 @@ impl Default for ReportConfig {
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            stream: StreamConfig::default(),
-            publish: PublishConfig::default(),
-            scale: ScaleConfig::default(),
-            liveness: LivenessConfig::default(),
-            faults: FaultsConfig::default(),
-            composer: ComposerConfig::default(),
-            report: ReportConfig::default(),
-        }
-    }
-}
 
 /// A setting that cannot work, named by its path in the config file.
 #[derive(Debug, thiserror::Error)]

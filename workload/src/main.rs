@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use workload::cluster::{self, LocalCluster};
 use std::sync::Arc;
 use workload::config::Config;
-use workload::faults::injector::{FaultLog, Injector};
+use workload::faults::docker::DockerNodes;
+use workload::faults::injector::{FaultLog, Injector, Target};
 use workload::run::{self, RunSpec};
 use workload::bench::{self, BenchSpec};
 use workload::composer::{self, StateDir};
@@ -41,6 +42,11 @@ enum Command {
     Run {
         #[command(flatten)]
         cluster: ClusterArgs,
+        /// Inject faults into the node containers through the Docker Engine API (the nodes are
+        /// the --servers hosts, services of this container's compose project; needs
+        /// /var/run/docker.sock, which docker-compose.faults.yaml mounts). faults.* applies.
+        #[arg(long, env = "WORKLOAD_DOCKER_FAULTS")]
+        docker_faults: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -292,9 +298,17 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 _ = stop.cancelled() => return Ok(ExitCode::from(EXIT_INFRA)),
             }
             let (servers, monitor) = (local.client_urls(), local.monitor_urls());
-            (servers, monitor, version, Some(Arc::new(tokio::sync::Mutex::new(local))), None)
+            (servers, monitor, version, Some(Target::Local(Arc::new(tokio::sync::Mutex::new(local)))), None)
         }
-        Command::Run { cluster, .. } => (cluster.servers, cluster.monitor, None, None, None),
+        Command::Run { cluster, docker_faults, .. } => {
+            let target = if docker_faults && cfg.faults.enabled {
+                let hosts: Vec<String> = cluster.servers.iter().map(|url| url_host(url)).collect();
+                Some(Target::Docker(DockerNodes::discover(&hosts).await?))
+            } else {
+                None
+            };
+            (cluster.servers, cluster.monitor, None, target, None)
+        }
         Command::Composer { step } => {
             let name = step.name();
             let ComposerArgs { cluster, state, .. } = match step {
@@ -322,8 +336,8 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         (None, None) => Duration::from_secs(60),
     };
     let fault_log = Arc::new(FaultLog::new(Some(out.join("faults.jsonl"))));
-    let injector = match &cluster {
-        Some(c) if cfg.faults.enabled => Some(Injector::new(c.clone(), cfg.clone(), seed, fault_log.clone())),
+    let injector = match cluster {
+        Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), seed, fault_log.clone())),
         _ => None,
     };
     let mut spec = RunSpec { cfg: cfg.clone(), servers, monitor_urls: monitor, cluster_size, seed, run_id: run_id.clone(), duration, injector, composer: None };
@@ -366,6 +380,13 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     Ok(if verdict || composer_step { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROPERTY_FAILED) })
 }
 
+/// `nats://n1:4222` → `n1`.
+fn url_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host_port = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    host_port.split(':').next().unwrap_or(host_port).to_string()
+}
+
 /// Writes and prints the report; true when its verdict is "pass".
 fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Result<bool> {
     let report = report::build(facts);
@@ -393,6 +414,13 @@ async fn stop_on_signal(stop: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn node_names_come_from_client_urls() {
+        assert_eq!(super::url_host("nats://n1:4222"), "n1");
+        assert_eq!(super::url_host("nats://u:p@n2:4222"), "n2");
+        assert_eq!(super::url_host("n3"), "n3");
+    }
+
     #[test]
     fn cli_is_well_formed() {
         use clap::CommandFactory;

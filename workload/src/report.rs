@@ -64,6 +64,11 @@ pub fn print(report: &Value) {
     for p in report["properties"].as_array().into_iter().flatten().filter(|p| p["status"] == "failed") {
         println!("first failure of {}: {}", p["id"].as_str().unwrap_or(""), p["first_failure"]);
     }
-    println!("counters: {}", report["counters"]);
+    if !report["counters"].is_null() {
+        println!("counters: {}", report["counters"]);
+    }
+    for s in report["streams"].as_array().into_iter().flatten() {
+        println!("stream {}: {} of {} acknowledged messages verified", s["stream"].as_str().unwrap_or("?"), s["verified"], s["last_acked"]);
+    }
     println!("verdict: {}", report["verdict"].as_str().unwrap_or("?"));
 }

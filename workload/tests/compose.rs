@@ -9,7 +9,7 @@
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const TEMPLATE: &str = "/opt/antithesis/test/v1/jetstream";
@@ -42,21 +42,42 @@ fn require_images() {
 struct Topology {
     dir: PathBuf,
     project: &'static str,
+    /// COMPOSE_FILE: the compose files, ':'-separated, as a user would set it.
+    files: &'static str,
+    duration: Option<&'static str>,
 }
 
 impl Topology {
     fn new(dir: PathBuf, project: &'static str) -> Topology {
+        Topology::with(dir, project, "docker-compose.yaml", None)
+    }
+
+    fn with(dir: PathBuf, project: &'static str, files: &'static str, duration: Option<&'static str>) -> Topology {
         require_images();
-        let t = Topology { dir, project };
+        let t = Topology { dir, project, files, duration };
         t.down();
         t
     }
 
     fn cmd(&self, args: &[&str]) -> Output {
         let mut c = compose_command();
-        c.args(["-p", self.project, "-f", "docker-compose.yaml"]).args(args).current_dir(&self.dir);
+        c.args(["-p", self.project]).args(args).current_dir(&self.dir).env("COMPOSE_FILE", self.files);
         c.env_remove("WORKLOAD_DURATION").env_remove("WORKLOAD_SEED");
+        if let Some(d) = self.duration {
+            c.env("WORKLOAD_DURATION", d);
+        }
         c.output().expect("compose runs")
+    }
+
+    /// The workload container's report.json and exit code, once it has exited.
+    fn report(&self) -> (Value, String) {
+        let id = self.ok(&["ps", "-a", "-q", "workload"]).trim().to_string();
+        let exit = docker(&["inspect", "-f", "{{.State.ExitCode}}", &id]);
+        let dir = tempfile::tempdir().unwrap();
+        let copied = docker(&["cp", &format!("{id}:/runs/latest/report.json"), dir.path().to_str().unwrap()]);
+        assert!(copied.status.success(), "no report: {}\n{}", text(&copied), self.logs());
+        let report = serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+        (report, String::from_utf8_lossy(&exit.stdout).trim().to_string())
     }
 
     fn ok(&self, args: &[&str]) -> String {
@@ -104,19 +125,33 @@ fn local_topology_runs_until_stopped_and_reports_a_pass() {
     // What Ctrl-C on `docker compose up` does: stop the workload (it verifies and
     // reports), then the nodes.
     t.ok(&["stop", "-t", "300"]);
-    let id = t.ok(&["ps", "-a", "-q", "workload"]).trim().to_string();
-    let exit = docker(&["inspect", "-f", "{{.State.ExitCode}}", &id]);
-    let dir = tempfile::tempdir().unwrap();
-    let copied = docker(&["cp", &format!("{id}:/runs/latest/report.json"), dir.path().to_str().unwrap()]);
-    assert!(copied.status.success(), "no report: {}\n{}", text(&copied), t.logs());
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap()).unwrap();
+    let (report, exit) = t.report();
     let c = &report["counters"];
     assert_eq!(report["verdict"], "pass", "failed: {}\n{}", report["failed"], t.logs());
-    assert_eq!(String::from_utf8_lossy(&exit.stdout).trim(), "0", "the workload exits 0 on a pass");
+    assert_eq!(exit, "0", "the workload exits 0 on a pass");
     assert!(c["acked"].as_u64().unwrap() > 1000, "messages were published: {c}");
     assert_eq!(c["final_verified"], c["last_acked_seq"], "the final read verified every ack: {c}");
     assert_eq!(report["final_read_complete"], true);
     assert!(c["scale_requests"].as_u64().unwrap() > 0, "scaling was seen: {c}");
+}
+
+#[test]
+fn local_topology_with_docker_faults_kills_and_isolates_nodes_and_still_passes() {
+    let files = "docker-compose.yaml:docker-compose.faults.yaml";
+    let t = Topology::with(root(), "nats-workload-faults", files, Some("120s"));
+    t.ok(&["up", "-d"]);
+    let id = t.ok(&["ps", "-a", "-q", "workload"]).trim().to_string();
+    // The run ends by itself: 120 s, healing, the final verification.
+    let waited = Command::new("timeout").args(["400", "docker", "wait", &id]).output().unwrap();
+    assert!(waited.status.success(), "the workload did not finish in time:\n{}", t.logs());
+    let (report, exit) = t.report();
+    assert_eq!(report["verdict"], "pass", "failed: {}\n{}", report["failed"], t.logs());
+    assert_eq!(exit, "0");
+    let starts = report["faults"]["starts"].as_object().unwrap();
+    assert!(!starts.is_empty(), "faults were injected: {}", report["faults"]);
+    let events = report["faults"]["events"].as_array().unwrap();
+    assert!(events.iter().all(|e| e["detail"]["errors"].as_array().is_none_or(|e| e.is_empty())), "every Docker call worked: {events:?}");
+    assert_eq!(report["counters"]["final_verified"], report["counters"]["last_acked_seq"]);
 }
 
 /// Runs a Test Composer command in the workload container; its exit status and output.

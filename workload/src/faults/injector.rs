@@ -1,5 +1,5 @@
 //! The local fault injector: a seeded schedule of fault periods and fault-free periods over
-//! a [`LocalCluster`], honouring quiet-period requests.
+//! a [`LocalCluster`] or node containers ([`DockerNodes`]), honouring quiet-period requests.
 //!
 //! During a fault period, faults start one after another, each lasting a random time, and
 //! never more than `max_faulty` nodes are faulty at once (a fault type whose precondition
@@ -7,6 +7,7 @@
 //! at once and nothing starts until the requested instant. Every start and end is logged.
 
 use crate::cluster::LocalCluster;
+use crate::faults::docker::DockerNodes;
 use crate::config::{Config, FaultKind};
 use nix::sys::signal::Signal;
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
@@ -83,8 +84,49 @@ impl FaultLog {
     }
 }
 
+/// What the faults act on: the local cluster's processes and proxies, or node containers
+/// through the Docker Engine API.
+pub enum Target {
+    Local(Arc<tokio::sync::Mutex<LocalCluster>>),
+    Docker(DockerNodes),
+}
+
+impl From<Arc<tokio::sync::Mutex<LocalCluster>>> for Target {
+    fn from(c: Arc<tokio::sync::Mutex<LocalCluster>>) -> Self {
+        Target::Local(c)
+    }
+}
+
+impl Target {
+    async fn size(&self) -> usize {
+        match self {
+            Target::Local(c) => c.lock().await.nodes.len(),
+            Target::Docker(d) => d.nodes.len(),
+        }
+    }
+
+    async fn names(&self, nodes: &[usize]) -> Vec<String> {
+        match self {
+            Target::Local(c) => {
+                let cluster = c.lock().await;
+                nodes.iter().map(|i| cluster.nodes[*i].name.clone()).collect()
+            }
+            Target::Docker(d) => nodes.iter().map(|i| d.nodes[*i].name.clone()).collect(),
+        }
+    }
+
+    /// Fault types this target can inject.
+    async fn supports(&self, kind: FaultKind) -> bool {
+        match self {
+            // Network faults need the proxied links.
+            Target::Local(c) => c.lock().await.network.is_some() || !matches!(kind, FaultKind::Isolate | FaultKind::Split | FaultKind::Latency),
+            Target::Docker(_) => DockerNodes::supports(kind),
+        }
+    }
+}
+
 pub struct Injector {
-    pub cluster: Arc<tokio::sync::Mutex<LocalCluster>>,
+    target: Target,
     cfg: Config,
     rng: StdRng,
     origin: Instant,
@@ -93,8 +135,8 @@ pub struct Injector {
 }
 
 impl Injector {
-    pub fn new(cluster: Arc<tokio::sync::Mutex<LocalCluster>>, cfg: Config, seed: u64, log: Arc<FaultLog>) -> Self {
-        Self { cluster, cfg, rng: StdRng::seed_from_u64(seed ^ 0xFA_u64), origin: Instant::now(), log, active: Vec::new() }
+    pub fn new(target: impl Into<Target>, cfg: Config, seed: u64, log: Arc<FaultLog>) -> Self {
+        Self { target: target.into(), cfg, rng: StdRng::seed_from_u64(seed ^ 0xFA_u64), origin: Instant::now(), log, active: Vec::new() }
     }
 
     fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
@@ -179,25 +221,19 @@ impl Injector {
 
     /// Starts one fault whose precondition holds, if any.
     async fn start_one(&mut self) {
-        let (n, proxied) = {
-            let cluster = self.cluster.lock().await;
-            (cluster.nodes.len(), cluster.network.is_some())
-        };
+        let n = self.target.size().await;
         let faulty = self.faulty();
         let budget = self.cfg.max_faulty(n).saturating_sub(faulty.len());
         let healthy: Vec<usize> = (0..n).filter(|i| !faulty.contains(i)).collect();
         if budget == 0 || healthy.is_empty() || n < 2 {
             return;
         }
-        // Network faults need the proxied links.
-        let kinds: Vec<FaultKind> = self
-            .cfg
-            .faults
-            .kinds
-            .iter()
-            .copied()
-            .filter(|k| proxied || !matches!(k, FaultKind::Isolate | FaultKind::Split | FaultKind::Latency))
-            .collect();
+        let mut kinds = Vec::new();
+        for &k in &self.cfg.faults.kinds {
+            if self.target.supports(k).await {
+                kinds.push(k);
+            }
+        }
         let Some(&kind) = kinds.choose(&mut self.rng) else { return };
         let nodes: Vec<usize> = match kind {
             FaultKind::Split => {
@@ -213,7 +249,12 @@ impl Injector {
 
     /// Puts a fault in place; returns what the log should show (pids, links).
     async fn apply(&mut self, kind: FaultKind, nodes: &[usize]) -> Value {
-        let mut cluster = self.cluster.lock().await;
+        let lame_duck = self.rng.gen_bool(0.5);
+        let cluster = match &mut self.target {
+            Target::Docker(d) => return d.apply(kind, nodes, lame_duck).await,
+            Target::Local(c) => c.clone(),
+        };
+        let mut cluster = cluster.lock().await;
         let i = nodes[0];
         match kind {
             FaultKind::Kill => {
@@ -223,7 +264,6 @@ impl Injector {
             }
             FaultKind::Pause => json!({ "pid": cluster.nodes[i].pid(), "sent": cluster.nodes[i].signal(Signal::SIGSTOP) }),
             FaultKind::Restart => {
-                let lame_duck = self.rng.gen_bool(0.5);
                 let sig = if lame_duck { Signal::SIGUSR2 } else { Signal::SIGTERM };
                 let bin = cluster.server_bin.clone();
                 let node = &mut cluster.nodes[i];
@@ -250,8 +290,15 @@ impl Injector {
 
     /// Ends one fault: restart, resume or heal.
     async fn end(&mut self, a: Active) {
+        let cluster = match &mut self.target {
+            Target::Docker(d) => {
+                let detail = d.end(a.kind, &a.nodes).await;
+                return self.record("end", a.kind, &a.nodes, detail).await;
+            }
+            Target::Local(c) => c.clone(),
+        };
         let detail = {
-            let mut cluster = self.cluster.lock().await;
+            let mut cluster = cluster.lock().await;
             let bin = cluster.server_bin.clone();
             match a.kind {
                 FaultKind::Kill => {
@@ -296,16 +343,15 @@ impl Injector {
         for a in std::mem::take(&mut self.active) {
             self.end(a).await;
         }
-        if let Some(net) = &self.cluster.lock().await.network {
-            net.heal_all();
+        if let Target::Local(c) = &self.target {
+            if let Some(net) = &c.lock().await.network {
+                net.heal_all();
+            }
         }
     }
 
     async fn record(&self, event: &'static str, kind: FaultKind, nodes: &[usize], detail: Value) {
-        let names = {
-            let cluster = self.cluster.lock().await;
-            nodes.iter().map(|i| cluster.nodes[*i].name.clone()).collect()
-        };
+        let names = self.target.names(nodes).await;
         self.log.record(FaultEvent { t_s: self.origin.elapsed().as_secs_f64(), event, kind, nodes: names, detail });
     }
 }
