@@ -66,8 +66,7 @@ struct Bench {
 
 pub async fn run(spec: BenchSpec, server_bin: &Path, dir: &Path) -> anyhow::Result<Value> {
     let _ = std::fs::remove_dir_all(dir.join("cluster"));
-    let mut cluster = LocalCluster::start(server_bin, 3, &dir.join("cluster"), false).await?;
-    cluster.wait_healthy(Duration::from_secs(60)).await?;
+    let cluster = LocalCluster::launch(server_bin, 3, &dir.join("cluster"), false, Duration::from_secs(60)).await?;
     let client = connect(&cluster.client_urls(), "bench").await?;
     let mut b = Bench { spec, servers: cluster.client_urls(), monitor_urls: cluster.monitor_urls(), client, streams: 0 };
     let window = b.spec.cfg.publish.in_flight;

@@ -227,6 +227,31 @@ impl LocalCluster {
         self.nodes.iter().map(Node::monitor_url).collect()
     }
 
+    /// Starts `n` nodes and waits until every one is healthy. A port chosen free can be
+    /// taken by another process before nats-server binds it: when a node exits during
+    /// start-up for that reason, the cluster starts again on new ports (three tries).
+    pub async fn launch(server_bin: &Path, n: usize, dir: &Path, proxied: bool, timeout: Duration) -> anyhow::Result<LocalCluster> {
+        let mut attempt = 1;
+        loop {
+            let mut cluster = Self::start(server_bin, n, dir, proxied).await?;
+            match cluster.wait_healthy(timeout).await {
+                Ok(()) => return Ok(cluster),
+                Err(e) if attempt < 3 && cluster.lost_a_port() => {
+                    tracing::warn!("{e:#}: a port was taken; starting the cluster again on new ports");
+                    drop(cluster);
+                    let _ = fs::remove_dir_all(dir);
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a node exited because its address was in use.
+    fn lost_a_port(&mut self) -> bool {
+        self.nodes.iter_mut().any(|n| n.exited() && fs::read_to_string(&n.log_file).is_ok_and(|l| l.contains("address already in use")))
+    }
+
     /// Waits until every node answers `/healthz` with 200, or fails naming the laggards.
     pub async fn wait_healthy(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
@@ -252,10 +277,18 @@ pub fn http_client() -> reqwest::Client {
 }
 
 /// The monitoring URLs whose full `/healthz` does not answer 200.
+/// Each entry is the URL and why (the server's own `error`, or the request's failure).
 pub async fn unhealthy(http: &reqwest::Client, monitor_urls: &[String]) -> Vec<String> {
     let checks = monitor_urls.iter().map(|url| async move {
-        let ok = matches!(http.get(format!("{url}/healthz")).send().await, Ok(r) if r.status().is_success());
-        (!ok).then(|| url.clone())
+        match http.get(format!("{url}/healthz")).send().await {
+            Ok(r) if r.status().is_success() => None,
+            Ok(r) => {
+                let status = r.status();
+                let body: serde_json::Value = serde_json::from_str(&r.text().await.unwrap_or_default()).unwrap_or_default();
+                Some(format!("{url} ({status}: {})", body["error"].as_str().unwrap_or("?")))
+            }
+            Err(e) => Some(format!("{url} ({})", if e.is_timeout() { "timed out".to_string() } else { e.to_string() })),
+        }
     });
     futures::future::join_all(checks).await.into_iter().flatten().collect()
 }

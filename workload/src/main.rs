@@ -291,12 +291,11 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             let version = cluster::server_version(&bin);
             let dir = out.join("cluster");
             let _ = std::fs::remove_dir_all(&dir); // fresh data dirs every run
-            let mut local = LocalCluster::start(&bin, nodes, &dir, cfg.faults.enabled).await?;
             tracing::info!(nodes, server = %bin.display(), version = version.as_deref().unwrap_or("?"), faults = cfg.faults.enabled, "starting local cluster in {}", dir.display());
-            tokio::select! {
-                r = local.wait_healthy(Duration::from_secs(60)) => r?,
+            let local = tokio::select! {
+                r = LocalCluster::launch(&bin, nodes, &dir, cfg.faults.enabled, Duration::from_secs(60)) => r?,
                 _ = stop.cancelled() => return Ok(ExitCode::from(EXIT_INFRA)),
-            }
+            };
             let (servers, monitor) = (local.client_urls(), local.monitor_urls());
             (servers, monitor, version, Some(Target::Local(Arc::new(tokio::sync::Mutex::new(local)))), None)
         }

@@ -12,8 +12,7 @@ use workload::faults::injector::{FaultLog, Injector};
 async fn proxied(name: &str) -> (tempfile::TempDir, Arc<tokio::sync::Mutex<LocalCluster>>) {
     let dir = tempfile::Builder::new().prefix(&format!("wl-fault-{name}-")).tempdir().unwrap();
     let bin = find_server(None).unwrap();
-    let mut cluster = LocalCluster::start(&bin, 3, &dir.path().join("cluster"), true).await.unwrap();
-    cluster.wait_healthy(Duration::from_secs(60)).await.unwrap();
+    let cluster = LocalCluster::launch(&bin, 3, &dir.path().join("cluster"), true, Duration::from_secs(60)).await.unwrap();
     (dir, Arc::new(tokio::sync::Mutex::new(cluster)))
 }
 

@@ -55,8 +55,7 @@ impl Harness {
     pub async fn start(name: &str) -> Harness {
         let dir = tempfile::Builder::new().prefix(&format!("wl-{name}-")).tempdir().unwrap();
         let bin = find_server(None).expect("nats-server (run scripts/install-nats-server)");
-        let mut cluster = LocalCluster::start(&bin, 3, &dir.path().join("cluster"), false).await.unwrap();
-        cluster.wait_healthy(Duration::from_secs(60)).await.unwrap();
+        let cluster = LocalCluster::launch(&bin, 3, &dir.path().join("cluster"), false, Duration::from_secs(60)).await.unwrap();
         let run_id = format!("t{}_{}", name, std::process::id());
         let (stream, subject) = workload::run::names(&run_id);
         Harness { cluster, dir, run_id, stream, subject }
