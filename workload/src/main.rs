@@ -335,6 +335,12 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         (None, None) => Duration::from_secs(60),
     };
     let fault_log = Arc::new(FaultLog::new(Some(out.join("faults.jsonl"))));
+    // The local nodes live as long as this handle: the injector's own goes when it stops,
+    // before the final verification.
+    let _local_nodes = match &cluster {
+        Some(Target::Local(c)) => Some(c.clone()),
+        _ => None,
+    };
     let injector = match cluster {
         Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), seed, fault_log.clone())),
         _ => None,
