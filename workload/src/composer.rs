@@ -4,6 +4,8 @@
 //! it used and how far its acknowledgements got; the eventually_ and finally_ commands
 //! verify every recorded stream from that record alone.
 
+use crate::drivers::monitor::{Look, StreamWatch};
+use crate::jsapi;
 use crate::run::{self, RunSpec};
 use crate::sdk;
 use crate::state::{Ctx, Stats};
@@ -83,6 +85,23 @@ pub fn record(ctx: &Ctx, state: &StateDir, finished: bool) -> anyhow::Result<()>
     })
 }
 
+/// The settings to verify `r`'s stream with: the base's, with the driver's run and payload.
+fn verify_spec(base: &RunSpec, r: &Record) -> RunSpec {
+    let mut cfg = base.cfg.clone();
+    cfg.publish.payload_size = r.payload_size;
+    RunSpec {
+        cfg,
+        servers: base.servers.clone(),
+        monitor_urls: base.monitor_urls.clone(),
+        cluster_size: base.cluster_size,
+        seed: r.seed,
+        run_id: r.run_id.clone(),
+        duration: Duration::ZERO,
+        injector: None,
+        composer: None,
+    }
+}
+
 /// Keeps the driver's record current while it runs, so a driver that is killed still
 /// leaves what it had acknowledged a moment before.
 pub async fn record_while_running(ctx: Arc<Ctx>, state: StateDir) -> anyhow::Result<()> {
@@ -126,19 +145,7 @@ pub async fn verify(base: &RunSpec, state: &StateDir, stop: CancellationToken) -
         if stop.is_cancelled() {
             break;
         }
-        let mut cfg = base.cfg.clone();
-        cfg.publish.payload_size = r.payload_size;
-        let spec = RunSpec {
-            cfg,
-            servers: base.servers.clone(),
-            monitor_urls: base.monitor_urls.clone(),
-            cluster_size: base.cluster_size,
-            seed: r.seed,
-            run_id: r.run_id.clone(),
-            duration: Duration::ZERO,
-            injector: None,
-            composer: None,
-        };
+        let spec = verify_spec(base, &r);
         let ctx = Arc::new(run::context(&spec, stop.child_token(), started));
         ctx.stats.last_acked_seq.store(r.last_acked, Relaxed);
         ctx.stats.replicas.store(r.replicas, Relaxed);
@@ -150,6 +157,38 @@ pub async fn verify(base: &RunSpec, state: &StateDir, stop: CancellationToken) -
             "verified": Stats::get(&ctx.stats.final_verified),
             "read_complete": complete,
         }));
+    }
+    Ok(summaries)
+}
+
+/// anytime_: while faults go on, every finished driver's stream must still exist and hold
+/// every acknowledged message (nobody watches it any more otherwise until finally_). Each
+/// stream is looked at until its state is whole or a bad state is confirmed over
+/// `liveness.quiet`; a stream without a leader judges nothing and is left for later.
+pub async fn watch_at_rest(base: &RunSpec, state: &StateDir, stop: CancellationToken) -> anyhow::Result<Vec<Value>> {
+    let records: Vec<Record> = state.records()?.into_iter().filter(|r| r.finished).collect();
+    let started = Instant::now();
+    let probe = run::context(base, stop.child_token(), started);
+    let Ok(connected) = tokio::time::timeout(base.cfg.liveness.window, probe.connect("anytime")).await else {
+        tracing::info!("no connection within a liveness window: nothing judged");
+        return Ok(Vec::new());
+    };
+    let client = connected?;
+    let mut summaries = Vec::new();
+    for r in records {
+        let spec = verify_spec(base, &r);
+        let ctx = run::context(&spec, stop.child_token(), started);
+        let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
+        let deadline = Instant::now() + ctx.cfg.liveness.quiet + Duration::from_secs(10);
+        let look = loop {
+            let answer = jsapi::stream_info_deleted(&client, &ctx.stream, ctx.api_timeout()).await;
+            let look = watch.observe(&ctx, &answer, r.last_acked);
+            if matches!(look, Look::Whole | Look::Reported) || Instant::now() > deadline || stop.is_cancelled() {
+                break look;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        };
+        summaries.push(json!({ "stream": ctx.stream, "last_acked": r.last_acked, "look": format!("{look:?}") }));
     }
     Ok(summaries)
 }

@@ -91,6 +91,8 @@ enum Step {
     Eventually(ComposerArgs),
     /// finally_*: verify every recorded stream once every driver has ended.
     Finally(ComposerArgs),
+    /// anytime_*: under faults, every finished driver's stream still holds its acks.
+    Anytime(ComposerArgs),
 }
 
 #[derive(Args, Debug)]
@@ -184,7 +186,7 @@ impl Command {
 impl Step {
     fn args(&self) -> &ComposerArgs {
         match self {
-            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) => a,
+            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) => a,
         }
     }
 
@@ -194,6 +196,7 @@ impl Step {
             Step::Driver(_) => "driver",
             Step::Eventually(_) => "eventually",
             Step::Finally(_) => "finally",
+            Step::Anytime(_) => "anytime",
         }
     }
 }
@@ -311,7 +314,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         Command::Composer { step } => {
             let name = step.name();
             let ComposerArgs { cluster, state, .. } = match step {
-                Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) => a,
+                Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) => a,
             };
             (cluster.servers, cluster.monitor, None, None, Some((name, StateDir(state))))
         }
@@ -351,9 +354,13 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         Some(("entrypoint", _)) => {
             return Ok(if composer::entrypoint(&spec, stop).await? { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INFRA) });
         }
-        Some((step @ ("eventually" | "finally"), state)) => {
+        Some((step @ ("eventually" | "finally" | "anytime"), state)) => {
             let started = std::time::Instant::now();
-            let streams = composer::verify(&spec, &state, stop).await?;
+            let streams = if step == "anytime" {
+                composer::watch_at_rest(&spec, &state, stop).await?
+            } else {
+                composer::verify(&spec, &state, stop).await?
+            };
             facts["command"] = json!(step);
             facts["elapsed_s"] = json!(started.elapsed().as_secs_f64());
             facts["streams"] = json!(streams);

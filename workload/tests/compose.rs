@@ -187,6 +187,12 @@ fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through
         let (ok, out) = d.join().unwrap();
         assert!(ok, "a driver exits 0:\n{out}");
     }
+    let (ok, out) = composer("anytime_finished_streams_intact.sh", &[]);
+    assert!(ok, "anytime_ exits 0:\n{out}");
+    let report: Value = serde_json::from_str(&in_container("cat /state/runs/anytime-*/report.json")).unwrap();
+    let looks: Vec<&str> = report["streams"].as_array().unwrap().iter().map(|s| s["look"].as_str().unwrap()).collect();
+    assert_eq!(looks.len(), 2, "both finished streams looked at: {looks:?}");
+    assert!(looks.contains(&"Whole") && looks.iter().all(|l| ["Whole", "Unobserved"].contains(l)), "{looks:?}");
     let (ok, out) = composer("eventually_acked_messages_readable.sh", &[]);
     assert!(ok, "eventually_ exits 0:\n{out}");
     let (ok, out) = composer("finally_verify_everything.sh", &[]);
@@ -280,7 +286,7 @@ fn test_template_commands_are_executable_and_call_real_steps() {
         let help = Command::new(env!("CARGO_BIN_EXE_workload")).args(["composer", step, "--help"]).output().unwrap();
         assert!(help.status.success(), "{name}: `workload composer {step}` exists");
     }
-    for needed in ["parallel_driver_", "eventually_", "finally_"] {
+    for needed in ["parallel_driver_", "anytime_", "eventually_", "finally_"] {
         assert!(kinds.contains(&needed), "a {needed} command exists");
     }
 }
