@@ -134,3 +134,43 @@ async fn a_message_the_reader_is_not_given_fails_read_sequence_gap_free() {
     done.assert_failed("read-sequence-gap-free", &["publish-ack-gap-free", "publish-eventually-acked"]);
     assert_eq!(done.property("read-sequence-gap-free")["first_failure"]["first_missing_in_stream"], true);
 }
+
+/// The Test Composer path: a driver records what it acknowledged; one of those messages is
+/// deleted after the driver has ended. anytime_ and finally_ must each fail
+/// acked-message-never-lost (and still exit 0: a failure is an assertion, not an exit code).
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_recorded_message_fails_the_composer_checks() {
+    let h = Harness::start("composer").await;
+    let state = h.dir.path().join("state");
+    let step = |name: &str, extra: &[&str]| {
+        let out = h.dir.path().join(name);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
+            .args(["composer", name, "--servers", &h.cluster.client_urls().join(",")])
+            .args(["--monitor", &h.cluster.monitor_urls().join(",")])
+            .args(["--liveness-window", "20s", "--liveness-quiet", "3s"])
+            .arg("--state")
+            .arg(&state)
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "composer {name} exits 0 even when a property fails: {log}");
+        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+        let failed: Vec<String> = report["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+        (failed, report)
+    };
+    let (failed, driver) = step("driver", &["--duration", "6s", "--run-id", &h.run_id]);
+    assert!(failed.is_empty(), "{driver}");
+    assert!(driver["counters"]["last_acked_seq"].as_u64().unwrap() > 500, "{driver}");
+    let client = h.client().await;
+    api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": 500 })).await;
+
+    for name in ["anytime", "finally"] {
+        let (failed, report) = step(name, &[]);
+        assert!(failed.contains(&"acked-message-never-lost".to_string()), "{name}: {report}");
+        let allowed = ["acked-message-never-lost", "stream-state-covers-acks"];
+        assert!(failed.iter().all(|f| allowed.contains(&f.as_str())), "{name}: {failed:?}");
+    }
+}
