@@ -190,13 +190,39 @@ impl Step {
         }
     }
 
-    fn name(&self) -> &'static str {
+    fn phase(&self) -> Phase {
         match self {
-            Step::Entrypoint(_) => "entrypoint",
-            Step::Driver(_) => "driver",
-            Step::Eventually(_) => "eventually",
-            Step::Finally(_) => "finally",
-            Step::Anytime(_) => "anytime",
+            Step::Entrypoint(_) => Phase::Entrypoint,
+            Step::Driver(_) => Phase::Driver,
+            Step::Eventually(_) => Phase::Eventually,
+            Step::Finally(_) => Phase::Finally,
+            Step::Anytime(_) => Phase::Anytime,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        self.phase().name()
+    }
+}
+
+/// A composer step without its arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Entrypoint,
+    Driver,
+    Eventually,
+    Finally,
+    Anytime,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Entrypoint => "entrypoint",
+            Phase::Driver => "driver",
+            Phase::Eventually => "eventually",
+            Phase::Finally => "finally",
+            Phase::Anytime => "anytime",
         }
     }
 }
@@ -312,11 +338,11 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             (cluster.servers, cluster.monitor, None, target, None)
         }
         Command::Composer { step } => {
-            let name = step.name();
+            let phase = step.phase();
             let ComposerArgs { cluster, state, .. } = match step {
                 Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) => a,
             };
-            (cluster.servers, cluster.monitor, None, None, Some((name, StateDir(state))))
+            (cluster.servers, cluster.monitor, None, None, Some((phase, StateDir(state))))
         }
         Command::Bench { smoke, nats_server, .. } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
@@ -351,17 +377,17 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let mut spec = RunSpec { cfg: cfg.clone(), servers, monitor_urls: monitor, cluster_size, seed, run_id: run_id.clone(), duration, injector, composer: None };
     let mut facts = json!({ "seed": seed, "server_version": server_version, "cluster_size": cluster_size, "config": cfg });
     match composer {
-        Some(("entrypoint", _)) => {
+        Some((Phase::Entrypoint, _)) => {
             return Ok(if composer::entrypoint(&spec, stop).await? { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INFRA) });
         }
-        Some((step @ ("eventually" | "finally" | "anytime"), state)) => {
+        Some((phase @ (Phase::Eventually | Phase::Finally | Phase::Anytime), state)) => {
             let started = std::time::Instant::now();
-            let streams = if step == "anytime" {
+            let streams = if phase == Phase::Anytime {
                 composer::watch_at_rest(&spec, &state, stop).await?
             } else {
                 composer::verify(&spec, &state, stop).await?
             };
-            facts["command"] = json!(step);
+            facts["command"] = json!(phase.name());
             facts["elapsed_s"] = json!(started.elapsed().as_secs_f64());
             facts["streams"] = json!(streams);
         }
