@@ -135,20 +135,31 @@ fn local_topology_runs_until_stopped_and_reports_a_pass() {
     assert!(c["scale_requests"].as_u64().unwrap() > 0, "scaling was seen: {c}");
 }
 
+/// The README's command with the README's fault switch, ending by itself: a node container
+/// that a fault kills or restarts must not end the run, and the command exits with the
+/// workload's code after showing its report.
 #[test]
-fn local_topology_with_docker_faults_kills_and_isolates_nodes_and_still_passes() {
+fn compose_up_with_docker_faults_kills_and_isolates_nodes_and_still_passes() {
     let files = "docker-compose.yaml:docker-compose.faults.yaml";
     let t = Topology::with(root(), "nats-workload-faults", files, Some("120s"));
-    t.ok(&["up", "-d"]);
-    let id = t.ok(&["ps", "-a", "-q", "workload"]).trim().to_string();
-    // The run ends by itself: 120 s, healing, the final verification.
-    let waited = Command::new("timeout").args(["400", "docker", "wait", &id]).output().unwrap();
-    assert!(waited.status.success(), "the workload did not finish in time:\n{}", t.logs());
+    let run = Command::new("timeout")
+        .args(["600", root().join("scripts/compose-up").to_str().unwrap()])
+        .current_dir(root())
+        .env("COMPOSE_FILE", files)
+        .env("COMPOSE_PROJECT_NAME", t.project)
+        .env("WORKLOAD_DURATION", "120s")
+        // This seed's first fault stops a node container (a restart): the run must go on.
+        .env("WORKLOAD_SEED", "2026")
+        .output()
+        .unwrap();
+    let out = text(&run);
+    assert!(out.contains("verdict: pass"), "the report is shown:\n{out}");
+    assert!(run.status.success(), "scripts/compose-up exits with the workload's 0:\n{out}");
     let (report, exit) = t.report();
     assert_eq!(report["verdict"], "pass", "failed: {}\n{}", report["failed"], t.logs());
     assert_eq!(exit, "0");
     let starts = report["faults"]["starts"].as_object().unwrap();
-    assert!(!starts.is_empty(), "faults were injected: {}", report["faults"]);
+    assert!(starts.contains_key("restart") || starts.contains_key("kill"), "a node container was stopped: {}", report["faults"]);
     let events = report["faults"]["events"].as_array().unwrap();
     assert!(events.iter().all(|e| e["detail"]["errors"].as_array().is_none_or(|e| e.is_empty())), "every Docker call worked: {events:?}");
     assert_eq!(report["counters"]["final_verified"], report["counters"]["last_acked_seq"]);
