@@ -98,17 +98,47 @@ impl DockerNodes {
     }
 
     /// SIGUSR2 (lame-duck mode: the server hands off and exits by itself after
-    /// lame_duck_duration, 30 s in config/nats), then a start.
+    /// lame_duck_duration, 30 s in config/nats), then a start. A server still running after
+    /// 45 s is killed first, as the local injector does: starting a running container does
+    /// nothing, and the server would exit later with nobody to start it again.
     async fn lame_duck_restart(&self, id: &str) -> Result<(), bollard::errors::Error> {
         self.docker.kill_container(id, Some(KillContainerOptions { signal: "SIGUSR2" })).await?;
-        for _ in 0..45 {
+        if !self.wait_stopped(id, 45).await? {
+            tracing::warn!(container = id, "still running 45 s after lame-duck mode: killed");
+            self.docker.kill_container(id, Some(KillContainerOptions { signal: "SIGKILL" })).await?;
+            self.wait_stopped(id, 15).await?;
+        }
+        self.docker.start_container(id, None::<StartContainerOptions<String>>).await
+    }
+
+    /// Whether the container stopped running within `secs` seconds.
+    async fn wait_stopped(&self, id: &str, secs: u64) -> Result<bool, bollard::errors::Error> {
+        for _ in 0..secs {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
             let state = self.docker.inspect_container(id, None::<InspectContainerOptions>).await?.state;
             if !state.and_then(|s| s.running).unwrap_or(false) {
-                break;
+                return Ok(true);
             }
         }
-        self.docker.start_container(id, None::<StartContainerOptions<String>>).await
+        Ok(false)
+    }
+
+    /// Node containers that are not running although no fault holds them down, each with
+    /// what Docker says of it, after starting it again (called when every fault is healed).
+    pub async fn start_stopped(&self) -> Vec<Value> {
+        let mut found = Vec::new();
+        for n in &self.nodes {
+            let Ok(inspected) = self.docker.inspect_container(&n.id, None::<InspectContainerOptions>).await else { continue };
+            let Some(state) = inspected.state else { continue };
+            if state.running == Some(true) {
+                continue;
+            }
+            let started = self.docker.start_container(&n.id, None::<StartContainerOptions<String>>).await;
+            found.push(json!({ "node": n.name, "status": format!("{:?}", state.status), "exit_code": state.exit_code,
+                               "finished_at": state.finished_at, "oom_killed": state.oom_killed, "error": state.error,
+                               "start_error": started.err().map(|e| e.to_string()) }));
+        }
+        found
     }
 
     /// Ends a fault: start, unpause or reconnect.
