@@ -51,7 +51,8 @@ impl StateDir {
         Ok(())
     }
 
-    /// Every record, oldest run id first; none when no driver has run yet.
+    /// Every record, in run-id order (run ids are seed-derived, not chronological); none when
+    /// no driver has run yet.
     pub fn records(&self) -> anyhow::Result<Vec<Record>> {
         let dir = self.streams();
         let entries = match std::fs::read_dir(&dir) {
