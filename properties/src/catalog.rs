@@ -47,6 +47,8 @@ macro_rules! for_each_property {
              "the run's stream, once created, is never reported missing for longer than a fault blip")
             (StreamStateCoversAcks, always, "stream-state-covers-acks",
              "the stream's last sequence and message count are never below the last acknowledged sequence")
+            (ReplicasAgree, always, "replicas-agree",
+             "every current replica holds the same first and last sequence, message count and deleted count as the stream leader")
             // Liveness inside bounded windows.
             (PublishEventuallyAcked, eventually, "publish-eventually-acked",
              "a publish is acknowledged within the liveness window")

@@ -10,9 +10,20 @@ pub mod liveness;
 pub mod payload;
 pub mod publish;
 pub mod read;
+pub mod replicas;
 pub mod scale;
 
 pub use catalog::{Kind, Property};
+
+/// The three ends of a question the workload asks (Jepsen's valid? true / false /
+/// unknown): it held, it failed, or it could not be answered at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Held,
+    Failed,
+    Unknown,
+}
 
 /// An observation that breaks a property, with the values that show it.
 #[derive(Clone, Debug, PartialEq)]

@@ -57,6 +57,13 @@ impl Window {
         self.failures
     }
 
+    /// The operation made progress at `now`: the window starts over from there, so a
+    /// window measures time without progress, not total time (a long read that keeps
+    /// moving never runs out).
+    pub fn progressed(&mut self, now: Duration) {
+        *self = Window::open(self.cfg, now);
+    }
+
     /// Records a failure at `now` and says what comes next.
     pub fn failed(&mut self, now: Duration) -> Next {
         self.failures += 1;
@@ -95,5 +102,14 @@ mod tests {
         assert_eq!(w.failed(s(101)), Next::Retry(s(2)));
         assert_eq!(w.failed(s(129)), Next::Retry(s(1)), "never sleeps past the deadline");
         assert_eq!(w.failed(s(130)), Next::Expired { elapsed: s(120), failures: 8 });
+    }
+
+    #[test]
+    fn progress_starts_the_window_over() {
+        let mut w = Window::open(WindowConfig::default(), s(0));
+        assert!(matches!(w.failed(s(100)), Next::RequestQuiet { .. }));
+        w.progressed(s(110));
+        assert_eq!(w.failed(s(130)), Next::Retry(Duration::from_millis(100)), "20 s since the progress: a fresh window");
+        assert!(matches!(w.failed(s(231)), Next::Expired { .. }));
     }
 }

@@ -1,10 +1,12 @@
-//! The publisher's ledger: which message is the first unconfirmed one, and whether an ack
-//! or a rejection breaks a publish property.
+//! The publisher's ledger: which message is the first unconfirmed one, how far the acks
+//! prove the stream, and whether an ack or a rejection breaks a publish property.
 //!
 //! The publisher sends message `i` with `Nats-Msg-Id` `<run>-i` and (normally)
 //! `expected_last_sequence = i - 1`, keeps a window of sends in flight, and judges replies
 //! strictly in send order. On anything but a clean ack it rewinds to `next_index()` and
-//! sends the same ids again, so the stream stays gap-free. The ledger holds two numbers.
+//! sends the same ids again, so the stream stays gap-free: message `i` lives at sequence
+//! `i`. Replies to sends given up by a rewind are still judged when they arrive
+//! ([`PublishLedger::on_late_ack`]). The ledger holds a few numbers.
 
 use crate::{Property, Violation};
 use serde_json::json;
@@ -13,6 +15,11 @@ use serde_json::json;
 pub struct PublishLedger {
     last_acked_index: u64,
     last_acked_seq: u64,
+    /// Every sequence `1..=watermark` was acknowledged as holding the message of that
+    /// index. Frozen at the first violation: what comes after it is not known to be ours.
+    watermark: u64,
+    /// The index whose ack first broke a property, if any.
+    diverged_at: Option<u64>,
 }
 
 /// What one ack, judged in order, means.
@@ -25,8 +32,21 @@ pub enum AckVerdict {
     /// A duplicate ack without a sequence (nats-server 2.10 while the original is still in
     /// flight): proves nothing, the same id must be sent again.
     Unknown,
-    /// The ack breaks a property; the ledger has resynchronised on it so one defect is
-    /// reported once, not on every later message.
+    /// The ack breaks a property. The ledger moves on relative to it (so one defect is
+    /// reported once, not on every later message) but its watermark stays where the acks
+    /// were last consistent, so no sequence the server never acknowledged is counted as
+    /// acknowledged.
+    Violation(Violation),
+}
+
+/// What an ack for a send given up by a rewind means.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LateAck {
+    /// It names the sequence its message must have.
+    Consistent,
+    /// It cannot be judged: a duplicate ack without a sequence, or acks have already broken
+    /// a property (after that, which sequence a message must have is not known).
+    Unjudged,
     Violation(Violation),
 }
 
@@ -40,13 +60,25 @@ impl PublishLedger {
         self.last_acked_index + 1
     }
 
-    /// Sequence of the last acknowledged message (0 before the first ack).
+    /// Sequence of the last acknowledged message (0 before the first ack): what the stream's
+    /// last sequence is expected to be.
     pub fn last_acked_seq(&self) -> u64 {
         self.last_acked_seq
     }
 
     pub fn last_acked_index(&self) -> u64 {
         self.last_acked_index
+    }
+
+    /// Every sequence up to this one was acknowledged holding its own message: what the
+    /// loss checks hold the stream to.
+    pub fn watermark(&self) -> u64 {
+        self.watermark
+    }
+
+    /// The index whose ack first broke a property.
+    pub fn diverged_at(&self) -> Option<u64> {
+        self.diverged_at
     }
 
     /// Judges the ack for `index`, which must be `next_index()` (acks are judged in order).
@@ -59,19 +91,37 @@ impl PublishLedger {
         let verdict = if seq == expected {
             if duplicate { AckVerdict::Duplicate } else { AckVerdict::Fresh }
         } else {
-            let property = if duplicate {
-                Property::PublishDuplicateAckOriginalSequence
-            } else {
-                Property::PublishAckGapFree
-            };
             AckVerdict::Violation(Violation::new(
-                property,
+                ack_property(duplicate),
                 json!({ "index": index, "expected_seq": expected, "acked_seq": seq, "duplicate": duplicate }),
             ))
         };
+        if matches!(verdict, AckVerdict::Violation(_)) {
+            self.diverged_at.get_or_insert(index);
+        }
         self.last_acked_index = index;
         self.last_acked_seq = self.last_acked_seq.max(seq);
+        if self.diverged_at.is_none() {
+            self.watermark = self.last_acked_seq;
+        }
         verdict
+    }
+
+    /// Judges an ack for `index` that arrived after a rewind gave its send up, before or
+    /// after a retry confirmed the same index. Until a violation, message `i` lives at
+    /// sequence `i`: a late ack naming any other sequence is as wrong as an in-order one.
+    pub fn on_late_ack(&self, index: u64, seq: u64, duplicate: bool) -> LateAck {
+        if (duplicate && seq == 0) || self.diverged_at.is_some() {
+            return LateAck::Unjudged;
+        }
+        if seq == index {
+            return LateAck::Consistent;
+        }
+        LateAck::Violation(Violation::new(
+            ack_property(duplicate),
+            json!({ "index": index, "expected_seq": index, "acked_seq": seq, "duplicate": duplicate,
+                    "observed_by": "an ack that arrived after its send was given up by a rewind" }),
+        ))
     }
 
     /// Classifies a `WrongLastSequence` rejection of the oldest unconfirmed message, whose
@@ -81,7 +131,10 @@ impl PublishLedger {
         use std::cmp::Ordering::*;
         match reported_last.cmp(&self.last_acked_seq) {
             Equal => Rejection::Transient,
-            Less => Rejection::Behind,
+            Less if reported_last < self.watermark => Rejection::Behind,
+            // Between the watermark and a last ack that already broke a property: nothing
+            // acknowledged is known to be missing.
+            Less => Rejection::Transient,
             Greater => Rejection::Ahead { seq: self.last_acked_seq + 1 },
         }
     }
@@ -91,7 +144,7 @@ impl PublishLedger {
     pub fn stream_behind(&self, index: u64, reported_last: u64, held_s: f64) -> Violation {
         Violation::new(
             Property::AckedMessageNeverLost,
-            json!({ "index": index, "stream_last_seq": reported_last, "last_acked_seq": self.last_acked_seq,
+            json!({ "index": index, "stream_last_seq": reported_last, "last_acked_seq": self.watermark,
                     "observed_by": "publishes rejected: the stream ends before the last ack", "held_s": held_s }),
         )
     }
@@ -112,13 +165,20 @@ impl PublishLedger {
     }
 }
 
+/// The property a wrong ack breaks: a duplicate must name the original sequence, a fresh
+/// store must extend the stream by one.
+fn ack_property(duplicate: bool) -> Property {
+    if duplicate { Property::PublishDuplicateAckOriginalSequence } else { Property::PublishAckGapFree }
+}
+
 /// What a `WrongLastSequence` rejection says about the stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
     /// The stream's last sequence is the last ack: the server's view moved meanwhile; retry.
+    /// Also any answer that contradicts "the stream ends before the last ack".
     Transient,
-    /// The stream ends before the last ack. A deposed leader can say so for a moment;
-    /// only a confirmed answer is a violation ([`PublishLedger::stream_behind`]).
+    /// The stream ends before an acknowledged message. A deposed leader can say so for a
+    /// moment; only a confirmed answer is a violation ([`PublishLedger::stream_behind`]).
     Behind,
     /// Something sits at `seq` that was never acknowledged to the workload: look it up and
     /// judge it ([`PublishLedger::judge_occupant`]).
@@ -151,6 +211,39 @@ mod tests {
         assert_eq!(l.on_ack(3, 4, false), AckVerdict::Fresh);
         let AckVerdict::Violation(v) = l.on_ack(4, 2, true) else { panic!() };
         assert_eq!(v.property, Property::PublishDuplicateAckOriginalSequence);
+    }
+
+    #[test]
+    fn a_violation_freezes_the_watermark_so_unacked_sequences_are_never_held_against_the_stream() {
+        let mut l = PublishLedger::new();
+        l.on_ack(1, 1, false);
+        l.on_ack(2, 2, false);
+        assert_eq!(l.watermark(), 2);
+        // A bogus ack far ahead: sequences 3..=999 were never acknowledged.
+        assert!(matches!(l.on_ack(3, 1000, false), AckVerdict::Violation(_)));
+        assert_eq!(l.diverged_at(), Some(3));
+        assert_eq!(l.on_ack(4, 1001, false), AckVerdict::Fresh, "reported once");
+        assert_eq!(l.watermark(), 2, "loss checks stay on what was consistently acked");
+        assert_eq!(l.last_acked_seq(), 1001);
+        assert_eq!(l.on_wrong_last_sequence(500), Rejection::Transient, "above the watermark: nothing acked is missing");
+        assert_eq!(l.on_wrong_last_sequence(1), Rejection::Behind);
+    }
+
+    #[test]
+    fn late_acks_must_name_their_own_sequence() {
+        let mut l = PublishLedger::new();
+        for i in 1..=5 {
+            l.on_ack(i, i, false);
+        }
+        assert_eq!(l.on_late_ack(4, 4, false), LateAck::Consistent, "the original's own ack, after the retry's");
+        assert_eq!(l.on_late_ack(7, 7, false), LateAck::Consistent, "ahead of the ledger, at its own sequence");
+        assert_eq!(l.on_late_ack(7, 0, true), LateAck::Unjudged);
+        let LateAck::Violation(v) = l.on_late_ack(6, 9, false) else { panic!() };
+        assert_eq!(v.property, Property::PublishAckGapFree);
+        let LateAck::Violation(v) = l.on_late_ack(3, 2, true) else { panic!() };
+        assert_eq!(v.property, Property::PublishDuplicateAckOriginalSequence);
+        l.on_ack(6, 60, false);
+        assert_eq!(l.on_late_ack(7, 8, false), LateAck::Unjudged, "after a violation nothing is known");
     }
 
     #[test]
@@ -208,7 +301,8 @@ mod tests {
                     };
                     (index, reply)
                 }).collect();
-                for (index, reply) in replies {
+                let mut replies = replies.into_iter();
+                for (index, reply) in replies.by_ref() {
                     match reply {
                         Reply::Ack(seq, dup) => match ledger.on_ack(index, seq, dup) {
                             AckVerdict::Violation(v) => prop_assert!(false, "false alarm {:?}", v),
@@ -229,6 +323,12 @@ mod tests {
                             break;
                         }
                         Reply::Lost => break,
+                    }
+                }
+                // Replies to the sends the rewind gave up still arrive, and are judged.
+                for (index, reply) in replies {
+                    if let Reply::Ack(seq, dup) = reply {
+                        prop_assert!(!matches!(ledger.on_late_ack(index, seq, dup), LateAck::Violation(_)), "false alarm on a late ack");
                     }
                 }
             }

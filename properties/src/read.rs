@@ -23,10 +23,11 @@ pub enum ReadOutcome {
     /// Sequences `from..=to` were skipped. Nothing was consumed: the caller looks the
     /// missing sequences up (see [`judge_missing`]) and then resumes from `from`.
     Gap { from: u64, to: u64 },
-    /// An already consumed sequence, delivered again. async-nats recreates an ordered
-    /// consumer that has delivered nothing yet from the start of the stream, so this is
-    /// not evidence against the server; its content is still checked (`violation`), and the
-    /// caller resumes at `next_seq()`.
+    /// An already consumed sequence as the first delivery of a new consumer. async-nats
+    /// recreates an ordered consumer that has delivered nothing yet from the start of the
+    /// stream, so this is not evidence against the server; its content is still checked
+    /// (`violation`), and the caller resumes at `next_seq()`. The same inside one consumer
+    /// is an ordering violation ([`ReadOutcome::Violations`]).
     Behind { violation: Option<Violation> },
     /// The message breaks one or more properties. Its sequence is consumed.
     Violations(Vec<Violation>),
@@ -57,12 +58,23 @@ impl ReadVerifier {
         self.next_seq - 1
     }
 
-    pub fn check(&mut self, seq: u64, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> ReadOutcome {
+    /// Judges one delivery. `first_of_consumer`: it is the first message a consumer
+    /// delivered (a consumer name not seen before, consumer sequence 1).
+    pub fn check(&mut self, seq: u64, first_of_consumer: bool, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> ReadOutcome {
         if seq > self.next_seq {
             return ReadOutcome::Gap { from: self.next_seq, to: seq - 1 };
         }
         if seq < self.next_seq {
-            return ReadOutcome::Behind { violation: self.content(seq, msg_id, sum, payload) };
+            let content = self.content(seq, msg_id, sum, payload);
+            if first_of_consumer {
+                return ReadOutcome::Behind { violation: content };
+            }
+            let order = Violation::new(
+                Property::ReadSequenceGapFree,
+                json!({ "seq": seq, "expected_seq": self.next_seq,
+                        "problem": "an older stream sequence delivered again inside the same consumer" }),
+            );
+            return ReadOutcome::Violations([order].into_iter().chain(content).collect());
         }
         self.next_seq += 1;
         match self.content(seq, msg_id, sum, payload) {
@@ -131,8 +143,12 @@ mod tests {
     }
 
     fn deliver(v: &mut ReadVerifier, m: &RunMessages, seq: u64) -> ReadOutcome {
+        deliver_from(v, m, seq, false)
+    }
+
+    fn deliver_from(v: &mut ReadVerifier, m: &RunMessages, seq: u64, first_of_consumer: bool) -> ReadOutcome {
         let p = m.payload(seq);
-        v.check(seq, Some(&m.msg_id(seq)), Some(&checksum(&p)), &p)
+        v.check(seq, first_of_consumer, Some(&m.msg_id(seq)), Some(&checksum(&p)), &p)
     }
 
     #[test]
@@ -154,18 +170,19 @@ mod tests {
 
         let one = |o: ReadOutcome| match o { ReadOutcome::Violations(v) => v[0].property, o => panic!("{o:?}") };
         let p = m.payload(1);
-        assert_eq!(one(v.check(1, Some("other-1"), Some(&checksum(&p)), &p)), Property::ReadOnlyPublishedMessages);
-        assert_eq!(one(v.check(2, None, None, b"x")), Property::ReadOnlyPublishedMessages);
+        assert_eq!(one(v.check(1, false, Some("other-1"), Some(&checksum(&p)), &p)), Property::ReadOnlyPublishedMessages);
+        assert_eq!(one(v.check(2, false, None, None, b"x")), Property::ReadOnlyPublishedMessages);
         let p3 = m.payload(3);
-        assert_eq!(one(v.check(3, Some(&m.msg_id(4)), Some(&checksum(&p3)), &p3)), Property::ReadContentMatchesPublish);
+        assert_eq!(one(v.check(3, false, Some(&m.msg_id(4)), Some(&checksum(&p3)), &p3)), Property::ReadContentMatchesPublish);
         let mut bad = m.payload(4);
         bad[0] ^= 1;
-        assert_eq!(one(v.check(4, Some(&m.msg_id(4)), Some(&checksum(&bad)), &bad)), Property::ReadContentMatchesPublish);
+        assert_eq!(one(v.check(4, false, Some(&m.msg_id(4)), Some(&checksum(&bad)), &bad)), Property::ReadContentMatchesPublish);
         let p5 = m.payload(5);
-        assert_eq!(one(v.check(5, Some(&m.msg_id(5)), Some("00"), &p5)), Property::ReadContentMatchesPublish);
-        assert_eq!(deliver(&mut v, &m, 5), ReadOutcome::Behind { violation: None }, "a redelivery is not a violation");
-        let behind_bad = v.check(2, Some(&m.msg_id(2)), Some("00"), &m.payload(2));
+        assert_eq!(one(v.check(5, false, Some(&m.msg_id(5)), Some("00"), &p5)), Property::ReadContentMatchesPublish);
+        assert_eq!(deliver_from(&mut v, &m, 5, true), ReadOutcome::Behind { violation: None }, "a new consumer starting early is not a violation");
+        let behind_bad = v.check(2, true, Some(&m.msg_id(2)), Some("00"), &m.payload(2));
         assert!(matches!(behind_bad, ReadOutcome::Behind { violation: Some(ref x) } if x.property == Property::ReadContentMatchesPublish));
+        assert_eq!(one(deliver(&mut v, &m, 3)), Property::ReadSequenceGapFree, "an older sequence inside one consumer is out of order");
         assert_eq!(v.next_seq(), 6, "redeliveries consume nothing");
         assert_eq!(deliver(&mut v, &m, 6), ReadOutcome::Verified);
     }
@@ -178,16 +195,22 @@ mod tests {
     }
 
     proptest! {
-        /// Redeliveries of the whole stream from any point after a recreate never raise
-        /// anything as long as the reader resumes at its own next sequence.
+        /// A new consumer may start anywhere at or before the reader's position (async-nats
+        /// restarts one that delivered nothing from the stream's start); as long as the
+        /// reader skips what it already verified, nothing is raised.
         #[test]
-        fn resuming_at_next_seq_never_raises(cuts in proptest::collection::vec(1u64..50, 0..10)) {
+        fn new_consumers_starting_early_never_raise(restarts in proptest::collection::vec((0u64..50, 1u64..50), 0..10)) {
             let m = run();
             let mut v = ReadVerifier::new(m.clone(), 1);
-            for cut in cuts {
-                let upto = v.next_seq() + cut;
-                for seq in v.next_seq()..upto {
-                    prop_assert_eq!(deliver(&mut v, &m, seq), ReadOutcome::Verified);
+            for (back, ahead) in restarts {
+                let start = v.next_seq().saturating_sub(back).max(1);
+                if start < v.next_seq() {
+                    // The reader then recreates its own consumer at next_seq().
+                    prop_assert_eq!(deliver_from(&mut v, &m, start, true), ReadOutcome::Behind { violation: None });
+                }
+                let first = v.next_seq();
+                for seq in first..first + ahead {
+                    prop_assert_eq!(deliver_from(&mut v, &m, seq, seq == first), ReadOutcome::Verified);
                 }
             }
         }
@@ -200,7 +223,7 @@ mod tests {
             let mut p = m.payload(seq);
             let sum = checksum(&p);
             p[pos] ^= 1 << bit;
-            let caught = matches!(v.check(seq, Some(&m.msg_id(seq)), Some(&sum), &p), ReadOutcome::Violations(_));
+            let caught = matches!(v.check(seq, false, Some(&m.msg_id(seq)), Some(&sum), &p), ReadOutcome::Violations(_));
             prop_assert!(caught);
         }
     }

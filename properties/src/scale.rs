@@ -29,19 +29,43 @@ pub struct StateView {
     pub first_seq: u64,
     #[serde(default)]
     pub last_seq: u64,
+    #[serde(default)]
+    pub num_deleted: u64,
     /// Interior deleted sequences (only when asked for with `deleted_details`).
     #[serde(default)]
     pub deleted: Option<Vec<u64>>,
+    /// Messages the server knows it lost (a damaged store found on recovery).
+    #[serde(default)]
+    pub lost: Option<LostView>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct LostView {
+    #[serde(default)]
+    pub msgs: Option<Vec<u64>>,
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 impl StateView {
     /// Up to ten acknowledged sequences (1 ..= `last_acked`) the stream no longer holds:
-    /// a prefix before `first_seq`, or interior deletes. The workload never deletes, and
-    /// the stream has no limits, so any of them is a lost acknowledged message.
+    /// a prefix before `first_seq`, interior deletes, or what the server reports lost. The
+    /// workload never deletes, and the stream has no limits, so any of them is a lost
+    /// acknowledged message.
     pub fn acked_missing(&self, last_acked: u64) -> Vec<u64> {
         let prefix = 1..self.first_seq.min(last_acked + 1);
         let interior = self.deleted.iter().flatten().copied().filter(|s| *s <= last_acked);
-        prefix.chain(interior).take(10).collect()
+        let mut missing: Vec<u64> = prefix.chain(interior).chain(self.lost_acked(last_acked)).take(20).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        missing.truncate(10);
+        missing
+    }
+
+    /// Acknowledged sequences the server itself reports lost.
+    pub fn lost_acked(&self, last_acked: u64) -> impl Iterator<Item = u64> + '_ {
+        let lost = self.lost.as_ref().and_then(|l| l.msgs.as_ref());
+        lost.into_iter().flatten().copied().filter(move |s| *s <= last_acked)
     }
 }
 
@@ -102,6 +126,16 @@ mod tests {
         assert_eq!(st(4, None).acked_missing(100), vec![1, 2, 3]);
         assert_eq!(st(1, Some(vec![50, 150])).acked_missing(100), vec![50], "150 was never acked");
         assert!(st(120, None).acked_missing(5).len() == 5);
+    }
+
+    #[test]
+    fn sequences_the_server_reports_lost_count_as_missing_when_acked() {
+        let info = view(r#"{"config":{"num_replicas":1},"state":{"messages":97,"first_seq":1,"last_seq":100,
+            "lost":{"msgs":[40,41,140],"bytes":300}}}"#);
+        assert_eq!(info.state.acked_missing(100), vec![40, 41], "140 was never acked");
+        assert!(info.state.acked_missing(39).is_empty());
+        let none = view(r#"{"config":{"num_replicas":1},"state":{"messages":3,"first_seq":1,"last_seq":3,"lost":null}}"#);
+        assert!(none.state.acked_missing(3).is_empty());
     }
 
     #[test]

@@ -13,10 +13,9 @@ use crate::config::Config;
 use crate::drivers::{self, publisher, reader};
 use crate::faults::QuietRequests;
 use crate::jsapi;
-use crate::retry::Liveness;
 use crate::run::{names, rss_mib};
 use crate::sdk;
-use crate::state::{connect, Ctx, Stats};
+use crate::state::{connect, ClusterAddr, Ctx, Stats};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -135,20 +134,10 @@ impl Bench {
         let (stream, subject) = names(&run_id);
         let config = jsapi::stream_config(&stream, &subject, 3, cfg.stream.duplicate_window);
         jsapi::create_stream(&self.client, &config, Duration::from_secs(10)).await?;
-        let live = Liveness { cfg: cfg.window(), origin: Instant::now(), quiet: QuietRequests::default(), give_up: true };
-        Ok(Arc::new(Ctx {
-            run: RunMessages::new(&run_id, self.streams, cfg.publish.payload_size),
-            cfg,
-            stream,
-            subject,
-            servers: self.servers.clone(),
-            monitor_urls: self.monitor_urls.clone(),
-            cluster_size: 3,
-            live,
-            cancel: CancellationToken::new(),
-            stats: Arc::new(Stats::default()),
-            faults: None,
-        }))
+        let cluster = ClusterAddr { servers: self.servers.clone(), monitor_urls: self.monitor_urls.clone(), size: 3 };
+        let run = RunMessages::new(&run_id, self.streams, cfg.publish.payload_size);
+        let ctx = Ctx::new(&cfg, &cluster, run, Instant::now(), QuietRequests::default(), CancellationToken::new());
+        Ok(Arc::new(ctx.with_cancel(&ctx.cancel, true)))
     }
 
     fn publish_count(&self, in_flight: usize) -> u64 {

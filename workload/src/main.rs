@@ -1,6 +1,7 @@
 //! `workload local` (starts its own nats-server cluster) and `workload run` (an existing
 //! cluster). Exit codes: 0 every property held, 1 a property failed, 2 bad usage or
-//! config, 3 the run could not be carried out (infrastructure).
+//! config, 3 the run could not be carried out (infrastructure), 4 nothing failed but some
+//! safety question could not be answered (verdict "unknown").
 
 use clap::{Args, Parser, Subcommand};
 use serde_json::json;
@@ -8,14 +9,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use workload::cluster::{self, LocalCluster};
 use std::sync::Arc;
+use workload::bench::{self, BenchSpec};
+use workload::cluster::{self, LocalCluster};
+use workload::composer;
 use workload::config::Config;
 use workload::faults::docker::DockerNodes;
 use workload::faults::injector::{FaultLog, Injector, Target};
-use workload::run::{self, RunSpec};
-use workload::bench::{self, BenchSpec};
-use workload::composer::{self, StateDir};
+use workload::records::StateDir;
+use workload::run::{self, NotRun, RunSpec};
+use workload::state::ClusterAddr;
 use workload::{report, sdk};
 
 #[derive(Parser, Debug)]
@@ -148,6 +151,7 @@ struct Common {
 const EXIT_PROPERTY_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 const EXIT_INFRA: u8 = 3;
+const EXIT_UNKNOWN: u8 = 4;
 
 impl Command {
     fn common(&self) -> &Common {
@@ -314,7 +318,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let seed = command.common().seed.unwrap_or_else(antithesis_sdk::random::get_random);
     let run_id = command.common().run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
     let duration = command.common().duration;
-    let (servers, monitor, server_version, cluster, composer) = match command {
+    let (addr, server_version, target, composer) = match command {
         Command::Local { nodes, nats_server, .. } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
             let version = cluster::server_version(&bin);
@@ -325,8 +329,8 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 r = LocalCluster::launch(&bin, nodes, &dir, cfg.faults.enabled, Duration::from_secs(60)) => r?,
                 _ = stop.cancelled() => return Ok(ExitCode::from(EXIT_INFRA)),
             };
-            let (servers, monitor) = (local.client_urls(), local.monitor_urls());
-            (servers, monitor, version, Some(Target::Local(Arc::new(tokio::sync::Mutex::new(local)))), None)
+            let addr = ClusterAddr { servers: local.client_urls(), monitor_urls: local.monitor_urls(), size: nodes };
+            (addr, version, Some(Target::Local(Arc::new(tokio::sync::Mutex::new(local)))), None)
         }
         Command::Run { cluster, docker_faults, .. } => {
             let target = if docker_faults && cfg.faults.enabled {
@@ -335,14 +339,16 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             } else {
                 None
             };
-            (cluster.servers, cluster.monitor, None, target, None)
+            let addr = ClusterAddr { servers: cluster.servers, monitor_urls: cluster.monitor, size: cluster_size };
+            (addr, None, target, None)
         }
         Command::Composer { step } => {
             let phase = step.phase();
             let ComposerArgs { cluster, state, .. } = match step {
                 Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) => a,
             };
-            (cluster.servers, cluster.monitor, None, None, Some((phase, StateDir(state))))
+            let addr = ClusterAddr { servers: cluster.servers, monitor_urls: cluster.monitor, size: cluster_size };
+            (addr, None, None, Some((phase, StateDir(state))))
         }
         Command::Bench { smoke, nats_server, .. } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
@@ -366,26 +372,32 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let fault_log = Arc::new(FaultLog::new(Some(out.join("faults.jsonl"))));
     // The local nodes live as long as this handle: the injector's own goes when it stops,
     // before the final verification.
-    let _local_nodes = match &cluster {
+    let _local_nodes = match &target {
         Some(Target::Local(c)) => Some(c.clone()),
         _ => None,
     };
-    let injector = match cluster {
+    let injector = match target {
         Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), seed, fault_log.clone())),
         _ => None,
     };
-    let mut spec = RunSpec { cfg: cfg.clone(), servers, monitor_urls: monitor, cluster_size, seed, run_id: run_id.clone(), duration, injector, composer: None };
     let mut facts = json!({ "seed": seed, "server_version": server_version, "cluster_size": cluster_size, "config": cfg });
+    let composer_step = composer.is_some();
     match composer {
         Some((Phase::Entrypoint, _)) => {
-            return Ok(if composer::entrypoint(&spec, stop).await? { ExitCode::SUCCESS } else { ExitCode::from(EXIT_INFRA) });
+            return Ok(match composer::entrypoint(&cfg, &addr, stop).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("the run could not be carried out: {e}");
+                    ExitCode::from(EXIT_INFRA)
+                }
+            });
         }
         Some((phase @ (Phase::Eventually | Phase::Finally | Phase::Anytime), state)) => {
             let started = std::time::Instant::now();
             let streams = if phase == Phase::Anytime {
-                composer::watch_at_rest(&spec, &state, stop).await?
+                composer::watch_at_rest(&cfg, &addr, &state, stop).await?
             } else {
-                composer::verify(&spec, &state, stop).await?
+                composer::verify(&cfg, &addr, &state, stop).await?
             };
             facts["command"] = json!(phase.name());
             facts["elapsed_s"] = json!(started.elapsed().as_secs_f64());
@@ -393,29 +405,39 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         }
         driver => {
             let is_driver = driver.is_some();
-            spec.composer = driver.map(|(_, state)| state);
+            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state) };
             tracing::info!(seed, run_id, ?duration, "run starting");
-            let finished = run::run(spec, stop).await?;
+            let finished = match run::run(spec, stop).await {
+                Ok(f) => f,
+                Err(NotRun::Setup(e)) => {
+                    tracing::error!("the run could not be carried out: {e}");
+                    return Ok(ExitCode::from(EXIT_INFRA));
+                }
+                Err(NotRun::Stopped) if is_driver => return Ok(ExitCode::SUCCESS), // reported as an assertion
+                Err(NotRun::Stopped) => return Ok(ExitCode::from(EXIT_INFRA)),
+            };
             let (stream, _) = run::names(&run_id);
             facts["command"] = json!(if is_driver { "driver" } else { "run" });
             facts["run_id"] = json!(run_id);
             facts["stream"] = json!(stream);
             facts["elapsed_s"] = json!(finished.elapsed.as_secs_f64());
-            facts["final_read_complete"] = json!(finished.final_read_complete);
+            facts["final_check"] = json!(finished.check);
+            facts["final_read_complete"] = json!(finished.check.as_ref().map(|c| c.read != properties::Outcome::Unknown));
+            facts["suspicions_at_stop"] = json!(finished.suspicions_at_stop);
             facts["rss_mib_end"] = json!(run::rss_mib());
             facts["counters"] = finished.ctx.stats.to_json();
             facts["quiet_requests"] = json!(finished.ctx.live.quiet.count());
             facts["faults"] = fault_log.summary();
-            if is_driver {
-                // A property failure is an assertion, not an exit code (Test Composer).
-                finish_report(facts, &out)?;
-                return Ok(ExitCode::SUCCESS);
-            }
         }
     }
-    let composer_step = facts["command"] != "run";
     let verdict = finish_report(facts, &out)?;
-    Ok(if verdict || composer_step { ExitCode::SUCCESS } else { ExitCode::from(EXIT_PROPERTY_FAILED) })
+    Ok(match verdict.as_str() {
+        // A Test Composer command reports through assertions, not its exit code.
+        _ if composer_step => ExitCode::SUCCESS,
+        "pass" => ExitCode::SUCCESS,
+        "unknown" => ExitCode::from(EXIT_UNKNOWN),
+        _ => ExitCode::from(EXIT_PROPERTY_FAILED),
+    })
 }
 
 /// `nats://n1:4222` → `n1`.
@@ -425,14 +447,14 @@ fn url_host(url: &str) -> String {
     host_port.split(':').next().unwrap_or(host_port).to_string()
 }
 
-/// Writes and prints the report; true when its verdict is "pass".
-fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Result<bool> {
+/// Writes and prints the report; returns its verdict.
+fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Result<String> {
     let report = report::build(facts);
     let path = out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     report::print(&report);
     println!("report: {}", path.display());
-    Ok(report["verdict"] == "pass")
+    Ok(report["verdict"].as_str().unwrap_or("fail").to_string())
 }
 
 /// First SIGINT/SIGTERM: stop the drivers and verify. A second one: leave at once.

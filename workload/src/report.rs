@@ -5,37 +5,52 @@ use crate::sdk;
 use properties::{Kind, Property};
 use serde_json::{json, Value};
 
-/// "passed", "failed" or "not-reached", from the tally.
+/// "passed", "failed", "unknown" or "not-reached", from the tally. A property that held
+/// wherever it was judged but could not be judged somewhere is "unknown", not "passed".
 pub fn status(p: Property, c: &sdk::Counts) -> &'static str {
     match p.kind() {
         Kind::Always | Kind::Eventually if c.failed > 0 => "failed",
         Kind::Unreachable if c.failed > 0 => "failed",
+        Kind::Always | Kind::Eventually if c.unknown > 0 => "unknown",
         Kind::Unreachable => "passed",
         _ if c.held > 0 => "passed",
         _ => "not-reached",
     }
 }
 
+/// The run's verdict: "fail" when a deciding property failed, else "unknown" when one could
+/// not be judged, else "pass" (Jepsen's valid? true / false / unknown).
+pub fn verdict(statuses: &[(Property, &str)]) -> &'static str {
+    let deciding = || statuses.iter().filter(|(p, _)| p.decides_verdict());
+    if deciding().any(|(_, s)| *s == "failed") {
+        "fail"
+    } else if deciding().any(|(_, s)| *s == "unknown") {
+        "unknown"
+    } else {
+        "pass"
+    }
+}
+
 /// The whole report; `run` carries the run's own facts (seed, ids, counters, versions).
 pub fn build(run: Value) -> Value {
-    let properties: Vec<Value> = Property::ALL
+    let counts: Vec<(Property, sdk::Counts)> = Property::ALL.iter().map(|&p| (p, sdk::counts(p))).collect();
+    let statuses: Vec<(Property, &str)> = counts.iter().map(|(p, c)| (*p, status(*p, c))).collect();
+    let properties: Vec<Value> = counts
         .iter()
-        .map(|&p| {
-            let c = sdk::counts(p);
+        .zip(&statuses)
+        .map(|((p, c), (_, status))| {
             json!({
-                "id": p.id(), "kind": p.kind(), "message": p.message(), "status": status(p, &c),
-                "held": c.held, "failed": c.failed, "first_failure": c.first_failure,
+                "id": p.id(), "kind": p.kind(), "message": p.message(), "status": status,
+                "held": c.held, "failed": c.failed, "unknown": c.unknown,
+                "first_failure": c.first_failure, "first_unknown": c.first_unknown,
             })
         })
         .collect();
-    let failed: Vec<&str> = Property::ALL
-        .iter()
-        .filter(|p| p.decides_verdict() && status(**p, &sdk::counts(**p)) == "failed")
-        .map(|p| p.id())
-        .collect();
+    let with = |s: &str| -> Vec<&str> { statuses.iter().filter(|(p, st)| p.decides_verdict() && *st == s).map(|(p, _)| p.id()).collect() };
     let mut report = json!({
-        "verdict": if failed.is_empty() { "pass" } else { "fail" },
-        "failed": failed,
+        "verdict": verdict(&statuses),
+        "failed": with("failed"),
+        "unknown": with("unknown"),
         "properties": properties,
     });
     if let (Some(r), Some(extra)) = (report.as_object_mut(), run.as_object()) {
@@ -45,24 +60,32 @@ pub fn build(run: Value) -> Value {
 }
 
 pub fn print(report: &Value) {
-    println!("\n{:<42} {:<12} {:<12} {:>10} {:>8}", "property", "kind", "status", "held", "failed");
+    println!("\n{:<42} {:<12} {:<12} {:>10} {:>8} {:>8}", "property", "kind", "status", "held", "failed", "unknown");
     for p in report["properties"].as_array().into_iter().flatten() {
         let mark = match p["status"].as_str() {
             Some("failed") => "FAIL",
+            Some("unknown") => "  ? ",
             Some("not-reached") => "  - ",
             _ => "  ok",
         };
         println!(
-            "{:<42} {:<12} {:<12} {:>10} {:>8} {mark}",
+            "{:<42} {:<12} {:<12} {:>10} {:>8} {:>8} {mark}",
             p["id"].as_str().unwrap_or(""),
             p["kind"].as_str().unwrap_or(""),
             p["status"].as_str().unwrap_or(""),
             p["held"].as_u64().unwrap_or(0),
             p["failed"].as_u64().unwrap_or(0),
+            p["unknown"].as_u64().unwrap_or(0),
         );
     }
     for p in report["properties"].as_array().into_iter().flatten().filter(|p| p["status"] == "failed") {
         println!("first failure of {}: {}", p["id"].as_str().unwrap_or(""), p["first_failure"]);
+    }
+    for p in report["properties"].as_array().into_iter().flatten().filter(|p| p["status"] == "unknown") {
+        println!("could not judge {}: {}", p["id"].as_str().unwrap_or(""), p["first_unknown"]);
+    }
+    for s in report["suspicions_at_stop"].as_array().into_iter().flatten() {
+        println!("open when the drivers stopped: {s}");
     }
     if !report["counters"].is_null() {
         println!("counters: {}", report["counters"]);

@@ -1,6 +1,8 @@
-//! The I/O side of bounded liveness windows: retry an operation under a
-//! [`properties::liveness::Window`], ask for faults to pause at the quiet point, and report
-//! the operation's liveness property when the window runs out.
+//! The one I/O side of bounded liveness windows (see [`properties::liveness`]). Every wait
+//! in the workload goes through it: retrying an operation until it succeeds, a driver's own
+//! failure loop, a reader's catch-up (where progress starts the window over), and polling a
+//! question until it is answered. At the quiet point of a window faults are asked to
+//! pause; a window that runs out is a liveness failure (or, for a question, "unknown").
 
 use crate::faults::QuietRequests;
 use crate::sdk;
@@ -9,7 +11,7 @@ use properties::Property;
 use serde_json::json;
 use std::fmt::Display;
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// Shared by every driver: the window settings, a clock origin and the quiet-period hook.
@@ -22,20 +24,49 @@ pub struct Liveness {
     pub give_up: bool,
 }
 
-/// How a failure inside a window is handled; drivers that run their own loop use this.
+/// One open window for one operation.
 pub struct OpenWindow<'a> {
     live: &'a Liveness,
     window: Window,
     op: &'static str,
-    property: Property,
+    /// Reported when the window runs out or the operation succeeds; none for questions and
+    /// first contact, whose callers judge the outcome themselves.
+    property: Option<Property>,
+}
+
+/// What a failure inside a window means, before any waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Try again after this pause.
+    Retry(Duration),
+    /// The window reached its quiet point just now (faults were asked to pause); try again
+    /// after this pause.
+    QuietStarted(Duration),
+    /// The window ran out after this long.
+    Expired(Duration),
 }
 
 impl Liveness {
-    pub fn now(&self) -> std::time::Duration {
+    pub fn new(cfg: WindowConfig, origin: Instant, quiet: QuietRequests) -> Self {
+        Self { cfg, origin, quiet, give_up: false }
+    }
+
+    pub fn now(&self) -> Duration {
         self.origin.elapsed()
     }
 
     pub fn open(&self, op: &'static str, property: Property) -> OpenWindow<'_> {
+        self.open_for(op, Some(property))
+    }
+
+    /// A window for a question (is this message there? do the replicas agree?): it paces
+    /// the looks and asks for quiet, and when it runs out the answer is "unknown", which
+    /// the caller reports.
+    pub fn open_question(&self, op: &'static str) -> OpenWindow<'_> {
+        self.open_for(op, None)
+    }
+
+    fn open_for(&self, op: &'static str, property: Option<Property>) -> OpenWindow<'_> {
         OpenWindow { live: self, window: Window::open(self.cfg, self.now()), op, property }
     }
 
@@ -47,26 +78,52 @@ impl Liveness {
         op: &'static str,
         property: Property,
         cancel: &CancellationToken,
-        mut f: impl FnMut() -> Fut,
+        f: impl FnMut() -> Fut,
     ) -> Option<T> {
+        self.retry_reporting(op, Some(property), cancel, f).await.ok()
+    }
+
+    /// [`Liveness::retry`] for one window, reporting nothing: for first contact with a
+    /// cluster, where running out is "could not be carried out", not a liveness failure.
+    /// The error is the last one seen (or "stopped").
+    pub async fn attempt<T, E: Display, Fut: Future<Output = Result<T, E>>>(
+        &self,
+        op: &'static str,
+        cancel: &CancellationToken,
+        f: impl FnMut() -> Fut,
+    ) -> Result<T, String> {
+        let once = Liveness { give_up: true, ..self.clone() };
+        once.retry_reporting(op, None, cancel, f).await
+    }
+
+    async fn retry_reporting<T, E: Display, Fut: Future<Output = Result<T, E>>>(
+        &self,
+        op: &'static str,
+        property: Option<Property>,
+        cancel: &CancellationToken,
+        mut f: impl FnMut() -> Fut,
+    ) -> Result<T, String> {
         let mut window: Option<OpenWindow> = None;
+        let mut last_error = "stopped".to_string();
         loop {
             if cancel.is_cancelled() {
-                return None;
+                return Err(last_error);
             }
             match f().await {
                 Ok(t) => {
-                    match window {
-                        Some(w) => w.succeeded(),
-                        None => sdk::check(property, true, &json!({ "op": op, "failures": 0 })),
+                    match (window, property) {
+                        (Some(w), _) => w.succeeded(),
+                        (None, Some(p)) => sdk::check(p, true, &json!({ "op": op, "failures": 0 })),
+                        (None, None) => {}
                     }
-                    return Some(t);
+                    return Ok(t);
                 }
                 Err(e) => {
-                    let w = window.get_or_insert_with(|| self.open(op, property));
-                    if !w.failed(&e.to_string(), cancel).await {
+                    last_error = e.to_string();
+                    let w = window.get_or_insert_with(|| self.open_for(op, property));
+                    if !w.failed(&last_error, cancel).await {
                         if self.give_up {
-                            return None;
+                            return Err(last_error);
                         }
                         window = None; // expired and reported: start over
                     }
@@ -77,21 +134,30 @@ impl Liveness {
 }
 
 impl OpenWindow<'_> {
-    /// Records a failure and waits before the next try. Returns false when the window ran
-    /// out (the failure is reported); the caller opens a new one to keep trying.
-    pub async fn failed(&mut self, error: &str, cancel: &CancellationToken) -> bool {
-        let pause = match self.window.failed(self.live.now()) {
-            Next::Retry(pause) => pause,
+    /// Records a failure without waiting: what comes next. At the quiet point faults are
+    /// asked to pause. Expiry is not reported here (the caller has the details).
+    pub fn step(&mut self, error: &str) -> Step {
+        match self.window.failed(self.live.now()) {
+            Next::Retry(pause) => Step::Retry(pause),
             Next::RequestQuiet { quiet, retry_after } => {
                 self.live.quiet.request_for_window(quiet, &format!("{} failing for most of a liveness window: {error}", self.op));
-                retry_after
+                Step::QuietStarted(retry_after)
             }
-            Next::Expired { elapsed, failures } => {
-                sdk::check(
-                    self.property,
-                    false,
-                    &json!({ "op": self.op, "elapsed_s": elapsed.as_secs_f64(), "failures": failures, "last_error": error }),
-                );
+            Next::Expired { elapsed, .. } => Step::Expired(elapsed),
+        }
+    }
+
+    /// Records a failure and waits before the next try. Returns false when the window ran
+    /// out (reported as a failure of the window's property, if it has one); the caller
+    /// opens a new one to keep trying.
+    pub async fn failed(&mut self, error: &str, cancel: &CancellationToken) -> bool {
+        let pause = match self.step(error) {
+            Step::Retry(p) | Step::QuietStarted(p) => p,
+            Step::Expired(elapsed) => {
+                if let Some(p) = self.property {
+                    sdk::check(p, false, &json!({
+                        "op": self.op, "elapsed_s": elapsed.as_secs_f64(), "failures": self.window.failures(), "last_error": error }));
+                }
                 return false;
             }
         };
@@ -102,9 +168,19 @@ impl OpenWindow<'_> {
         true
     }
 
+    /// The operation made progress: the window starts over.
+    pub fn progressed(&mut self) {
+        self.window.progressed(self.live.now());
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.window.elapsed(self.live.now())
+    }
+
     /// The operation succeeded inside the window.
     pub fn succeeded(self) {
-        let elapsed = self.window.elapsed(self.live.now());
-        sdk::check(self.property, true, &json!({ "op": self.op, "elapsed_s": elapsed.as_secs_f64(), "failures": self.window.failures() }));
+        if let Some(p) = self.property {
+            sdk::check(p, true, &json!({ "op": self.op, "elapsed_s": self.elapsed().as_secs_f64(), "failures": self.window.failures() }));
+        }
     }
 }

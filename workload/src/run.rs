@@ -1,29 +1,27 @@
 //! One run: set up the stream, drive publisher, reader, scaler and monitor for the
 //! duration, stop them, then verify everything acknowledged with faults paused.
 
-use crate::cluster::{http_client, unhealthy};
-use crate::composer::{self, StateDir};
 use crate::config::Config;
-use crate::drivers::monitor::{Look, StreamWatch};
-use crate::drivers::{self, reader, scaler};
+use crate::drivers::{self, scaler};
 use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
 use crate::jsapi;
-use crate::retry::Liveness;
+use crate::records::{self, StateDir};
 use crate::sdk;
-use crate::state::{Ctx, Stats};
+use crate::state::{ClusterAddr, Ctx, Stats};
+use crate::verify::{self, final_verification, first_contact, FinalCheck};
 use properties::payload::RunMessages;
 use properties::Property;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::state::names;
+
 pub struct RunSpec {
     pub cfg: Config,
-    pub servers: Vec<String>,
-    pub monitor_urls: Vec<String>,
-    pub cluster_size: usize,
+    pub cluster: ClusterAddr,
     pub seed: u64,
     pub run_id: String,
     pub duration: Duration,
@@ -39,50 +37,42 @@ pub struct RunSpec {
 pub struct Finished {
     pub ctx: Arc<Ctx>,
     pub elapsed: Duration,
-    /// Whether the final verification ran to its end.
-    pub final_read_complete: bool,
+    /// The final verification (none for a composer driver).
+    pub check: Option<FinalCheck>,
+    /// Suspicions open when the drivers stopped, with what answered them.
+    pub suspicions_at_stop: Vec<Value>,
 }
 
-/// The stream and subject of a run.
-pub fn names(run_id: &str) -> (String, String) {
-    (format!("WORKLOAD_{run_id}"), format!("workload.{run_id}"))
+/// Why a run ended without driving anything.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRun {
+    /// The cluster could not be reached or made ready: nothing was tested.
+    #[error("{0}")]
+    Setup(String),
+    #[error("stopped before the drivers started")]
+    Stopped,
 }
 
-/// The shared state of one run on `run_id`'s stream; its drivers stop with `cancel`.
-pub fn context(spec: &RunSpec, cancel: CancellationToken, started: Instant) -> Ctx {
-    let (stream, subject) = names(&spec.run_id);
-    Ctx {
-        run: RunMessages::new(&spec.run_id, spec.seed, spec.cfg.publish.payload_size),
-        cfg: spec.cfg.clone(),
-        stream,
-        subject,
-        servers: spec.servers.clone(),
-        monitor_urls: spec.monitor_urls.clone(),
-        cluster_size: spec.cluster_size,
-        live: Liveness { cfg: spec.cfg.window(), origin: started, quiet: QuietRequests::default(), give_up: false },
-        cancel,
-        stats: Arc::new(Stats::default()),
-        faults: spec.injector.as_ref().map(|i| i.log.clone()),
-    }
-}
-
-pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finished> {
+pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, NotRun> {
     let started = Instant::now();
-    let ctx = Arc::new(context(&spec, stop.child_token(), started));
+    let run = RunMessages::new(&spec.run_id, spec.seed, spec.cfg.publish.payload_size);
+    let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, QuietRequests::default(), stop.child_token());
+    ctx.faults = spec.injector.as_ref().map(|i| i.log.clone());
+    let ctx = Arc::new(ctx);
     let composer = spec.composer;
 
-    if !setup(&ctx, composer.is_none()).await? {
-        return Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete: false });
-    }
-
     let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(progress(ctx.clone(), started));
+    if let Err(e) = setup(&ctx, composer.is_none()).await {
+        let _ = drivers::stop(&ctx, tasks).await;
+        return Err(e);
+    }
     drivers::spawn_core(&ctx, &mut tasks);
-    if ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
+    if ctx.cfg.scale.enabled && ctx.cluster.size > 1 {
         tasks.spawn(scaler::run(ctx.clone(), spec.seed));
     }
-    tasks.spawn(progress(ctx.clone(), started));
     if let Some(state) = &composer {
-        tasks.spawn(composer::record_while_running(ctx.clone(), state.clone()));
+        tasks.spawn(records::record_while_running(ctx.clone(), state.clone()));
     }
     if let Some(injector) = spec.injector {
         // Joined with the drivers, so every fault is healed before the final verification.
@@ -97,100 +87,48 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> anyhow::Result<Finis
     let _ = drivers::stop(&ctx, tasks).await;
 
     if let Some(state) = &composer {
-        composer::record(&ctx, state, true)?;
-        return Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete: false });
-    }
-    let final_read_complete = final_verification(&ctx, true).await?;
-    Ok(Finished { elapsed: started.elapsed(), ctx, final_read_complete })
-}
-
-/// A connection to a cluster whose every node is healthy, each within a liveness window.
-/// None when that failed (reported) or the run was stopped.
-pub async fn ready(ctx: &Ctx) -> anyhow::Result<Option<async_nats::Client>> {
-    let client = match tokio::time::timeout(ctx.cfg.liveness.window, ctx.connect("setup")).await {
-        Ok(client) => client?,
-        Err(_) => {
-            sdk::check(Property::ClusterEventuallyHealthy, false, &json!({
-                "op": "connect", "servers": ctx.servers, "elapsed_s": ctx.cfg.liveness.window.as_secs_f64() }));
-            return Ok(None);
+        if let Err(e) = records::record(&ctx, state, true) {
+            tracing::error!("cannot record the run in {}: {e:#}", state.0.display());
         }
-    };
-    Ok(wait_healthy(ctx, &ctx.cancel).await.then_some(client))
+        return Ok(Finished { elapsed: started.elapsed(), ctx, check: None, suspicions_at_stop: Vec::new() });
+    }
+    let open = ctx.suspicions.take();
+    if !open.is_empty() {
+        tracing::info!(?open, "suspicions open when the drivers stopped: the final verification answers them");
+    }
+    let check = final_verification(&ctx, true).await;
+    let suspicions_at_stop = check.answer(open);
+    Ok(Finished { elapsed: started.elapsed(), ctx, check: Some(check), suspicions_at_stop })
 }
 
-/// Healthy cluster and the stream in place, each within a liveness window; then
-/// `setup_complete` when `announce`. False when stopped before that.
-async fn setup(ctx: &Ctx, announce: bool) -> anyhow::Result<bool> {
-    let Some(client) = ready(ctx).await? else { return Ok(false) };
-    let replicas = ctx.cfg.stream.initial_replicas.min(ctx.cluster_size).max(1);
+/// The cluster reached and ready, and the run's stream created. For `workload run` and
+/// `local` this is first contact: failing is "could not be carried out". A composer driver
+/// starts under faults against a cluster the entrypoint already found ready, so failing
+/// there is `cluster-eventually-healthy` failing (reported), then `Stopped`.
+async fn setup(ctx: &Ctx, first: bool) -> Result<(), NotRun> {
+    let client = if first {
+        first_contact(ctx).await.map_err(NotRun::Setup)?
+    } else {
+        if !verify::recovered(ctx, &ctx.cancel).await {
+            return Err(NotRun::Stopped);
+        }
+        ctx.connect("setup").await.map_err(|_| NotRun::Stopped)?
+    };
+    let replicas = ctx.cfg.stream.initial_replicas.min(ctx.cluster.size).max(1);
     let config = jsapi::stream_config(&ctx.stream, &ctx.subject, replicas, ctx.cfg.stream.duplicate_window);
     let create = || jsapi::create_stream(&client, &config, ctx.api_timeout());
-    if ctx.live.retry("create stream", Property::ClusterEventuallyHealthy, &ctx.cancel, create).await.is_none() {
-        return Ok(false);
+    if first {
+        let window = ctx.cfg.liveness.window;
+        ctx.live.attempt("create stream", &ctx.cancel, create).await.map_err(|e| NotRun::Setup(format!("cannot create the stream {} within {window:?}: {e}", ctx.stream)))?;
+    } else if ctx.live.retry("create stream", Property::ClusterEventuallyHealthy, &ctx.cancel, create).await.is_none() {
+        return Err(NotRun::Stopped);
     }
     ctx.stats.replicas.store(replicas as u64, std::sync::atomic::Ordering::Relaxed);
-    if announce {
-        sdk::setup_complete(&json!({ "stream": ctx.stream, "replicas": replicas, "servers": ctx.servers }));
+    if first {
+        sdk::setup_complete(&json!({ "stream": ctx.stream, "replicas": replicas, "servers": ctx.cluster.servers }));
     }
     tracing::info!(stream = %ctx.stream, replicas, "stream created");
-    Ok(true)
-}
-
-/// Every known node answers `/healthz` with 200, within a liveness window.
-async fn wait_healthy(ctx: &Ctx, cancel: &CancellationToken) -> bool {
-    let http = http_client();
-    let check = || async {
-        let sick = unhealthy(&http, &ctx.monitor_urls).await;
-        if sick.is_empty() { Ok(()) } else { Err(format!("not healthy: {}", sick.join(", "))) }
-    };
-    ctx.live.retry("cluster health", Property::ClusterEventuallyHealthy, cancel, check).await.is_some()
-}
-
-/// With faults paused: the cluster heals, the stream still covers every ack, the last
-/// requested replica count settles (when `settle`: nobody scales it any more), and a full
-/// read verifies 1 ..= last ack. True when the read ran to its end.
-pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool) -> anyhow::Result<bool> {
-    let cancel = CancellationToken::new();
-    let last_acked = Stats::get(&ctx.stats.last_acked_seq);
-    tracing::info!(last_acked, "final verification");
-    ctx.live.quiet.request(ctx.cfg.liveness.window, "final verification");
-    let final_ctx = ctx.with_cancel(&cancel, true);
-    if !wait_healthy(&final_ctx, &cancel).await {
-        return Ok(false);
-    }
-    let client = final_ctx.connect("final").await?;
-    // The stream must exist and cover the acks; a few looks, since the last faults may
-    // have just healed (a stale answer is not a verdict).
-    let mut watch = StreamWatch::new(Duration::from_secs(5));
-    let mut window = ctx.live.open("final stream state", Property::ClusterEventuallyHealthy);
-    loop {
-        let answer = jsapi::stream_info_deleted(&client, &ctx.stream, ctx.api_timeout()).await;
-        match watch.observe(ctx, &answer, last_acked) {
-            Look::Whole => break,
-            Look::Reported if answer.is_err() => {
-                tracing::error!("the stream is gone: nothing left to read");
-                return Ok(false);
-            }
-            Look::Reported => break,
-            Look::Pending => tokio::time::sleep(Duration::from_secs(1)).await,
-            Look::Unobserved => {
-                let error = answer.err().map_or_else(|| "stream has no leader".to_string(), |e| e.to_string());
-                if !window.failed(&error, &cancel).await {
-                    break;
-                }
-            }
-        }
-    }
-    if settle && ctx.cfg.scale.enabled && ctx.cluster_size > 1 {
-        let replicas = Stats::get(&ctx.stats.replicas) as usize;
-        scaler::wait_settled(&final_ctx, &client, replicas).await;
-    }
-    let next = reader::read(&final_ctx, reader::Until::Seq(last_acked), &ctx.stats.final_verified).await?;
-    let complete = next > last_acked;
-    if complete && Stats::get(&ctx.stats.final_verified) >= last_acked {
-        sdk::hold(Property::AckedMessageNeverLost); // every ack read back, verified
-    }
-    Ok(complete)
+    Ok(())
 }
 
 /// A progress line every `report.progress_interval`.

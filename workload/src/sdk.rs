@@ -14,7 +14,9 @@ use std::sync::Mutex;
 pub struct Tally {
     held: Vec<AtomicU64>,
     failed: Vec<AtomicU64>,
+    unknown: Vec<AtomicU64>,
     first_failure: Mutex<Vec<Option<Value>>>,
+    first_unknown: Mutex<Vec<Option<Value>>>,
 }
 
 static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
@@ -22,7 +24,9 @@ static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
     Tally {
         held: (0..n).map(|_| AtomicU64::new(0)).collect(),
         failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        unknown: (0..n).map(|_| AtomicU64::new(0)).collect(),
         first_failure: Mutex::new(vec![None; n]),
+        first_unknown: Mutex::new(vec![None; n]),
     }
 });
 
@@ -31,12 +35,21 @@ static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
 pub struct Counts {
     pub held: u64,
     pub failed: u64,
+    /// Times the question could not be answered at all (see [`unknown`]).
+    pub unknown: u64,
     pub first_failure: Option<Value>,
+    pub first_unknown: Option<Value>,
 }
 
 pub fn counts(p: Property) -> Counts {
-    let first_failure = TALLY.first_failure.lock().map(|f| f[p.index()].clone()).unwrap_or(None);
-    Counts { held: TALLY.held[p.index()].load(Relaxed), failed: TALLY.failed[p.index()].load(Relaxed), first_failure }
+    let first = |m: &Mutex<Vec<Option<Value>>>| m.lock().map(|f| f[p.index()].clone()).unwrap_or(None);
+    Counts {
+        held: TALLY.held[p.index()].load(Relaxed),
+        failed: TALLY.failed[p.index()].load(Relaxed),
+        unknown: TALLY.unknown[p.index()].load(Relaxed),
+        first_failure: first(&TALLY.first_failure),
+        first_unknown: first(&TALLY.first_unknown),
+    }
 }
 
 /// Number of verdict-deciding failures so far (for progress lines).
@@ -89,6 +102,19 @@ pub fn check(p: Property, held: bool, details: &Value) {
     } else if held {
         TALLY.held[p.index()].fetch_add(1, Relaxed);
     }
+}
+
+/// A question of `p` could not be answered at all (no answer for a whole liveness window,
+/// a check that could not run to its end): neither held nor failed. The run's verdict is
+/// then "unknown" unless something failed. Nothing goes to the SDK: it knows two outcomes.
+pub fn unknown(p: Property, details: &Value) {
+    let n = TALLY.unknown[p.index()].fetch_add(1, Relaxed);
+    if n == 0 {
+        if let Ok(mut f) = TALLY.first_unknown.lock() {
+            f[p.index()] = Some(details.clone());
+        }
+    }
+    tracing::warn!(property = p.id(), %details, "could not be judged (unknown)");
 }
 
 /// The property held (or the path was reached); no details.

@@ -1,50 +1,72 @@
 //! What the drivers share while a run goes on: a few numbers, nothing per message.
 
 use crate::config::Config;
+use crate::faults::injector::FaultLog;
+use crate::faults::QuietRequests;
 use crate::retry::Liveness;
 use properties::payload::RunMessages;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+
+/// Where the cluster is.
+#[derive(Clone, Debug)]
+pub struct ClusterAddr {
+    pub servers: Vec<String>,
+    /// Monitoring base URLs (http://host:port); empty when unknown (`run` without --monitor).
+    pub monitor_urls: Vec<String>,
+    pub size: usize,
+}
 
 /// Everything a driver needs: settings, the run's identity, shared numbers, the liveness
 /// rule and the stop signal.
+#[derive(Clone)]
 pub struct Ctx {
     pub cfg: Config,
     pub run: RunMessages,
     pub stream: String,
     pub subject: String,
-    pub servers: Vec<String>,
-    /// Full `/healthz` URLs base (http://host:port); empty when unknown (`run` without --monitor).
-    pub monitor_urls: Vec<String>,
-    pub cluster_size: usize,
+    pub cluster: ClusterAddr,
     pub live: Liveness,
     pub cancel: CancellationToken,
-    pub stats: std::sync::Arc<Stats>,
+    pub stats: Arc<Stats>,
+    pub suspicions: Arc<Suspicions>,
     /// The local injector's log, when one runs.
-    pub faults: Option<std::sync::Arc<crate::faults::injector::FaultLog>>,
+    pub faults: Option<Arc<FaultLog>>,
+}
+
+/// The stream and subject of a run.
+pub fn names(run_id: &str) -> (String, String) {
+    (format!("WORKLOAD_{run_id}"), format!("workload.{run_id}"))
 }
 
 impl Ctx {
+    /// The one way a context is made: the run `run` on its own stream, timed from `origin`,
+    /// stopped by `cancel`, asking for quiet through `quiet`.
+    pub fn new(cfg: &Config, cluster: &ClusterAddr, run: RunMessages, origin: Instant, quiet: QuietRequests, cancel: CancellationToken) -> Ctx {
+        let (stream, subject) = names(&run.run_id);
+        Ctx {
+            live: Liveness::new(cfg.window(), origin, quiet),
+            cfg: cfg.clone(),
+            run,
+            stream,
+            subject,
+            cluster: cluster.clone(),
+            cancel,
+            stats: Arc::default(),
+            suspicions: Arc::default(),
+            faults: None,
+        }
+    }
+
     /// The same run with another stop signal (the drivers' one is cancelled when they
     /// stop; the final verification and the benchmark go on after that). `give_up`: stop
     /// retrying after one expired liveness window.
     pub fn with_cancel(&self, cancel: &CancellationToken, give_up: bool) -> Ctx {
-        Ctx {
-            cfg: self.cfg.clone(),
-            run: self.run.clone(),
-            stream: self.stream.clone(),
-            subject: self.subject.clone(),
-            servers: self.servers.clone(),
-            monitor_urls: self.monitor_urls.clone(),
-            cluster_size: self.cluster_size,
-            live: Liveness { give_up, ..self.live.clone() },
-            cancel: cancel.clone(),
-            stats: self.stats.clone(),
-            faults: self.faults.clone(),
-        }
+        Ctx { cancel: cancel.clone(), live: Liveness { give_up, ..self.live.clone() }, ..self.clone() }
     }
 
     /// API request timeout: long enough for a busy leader, short next to the window.
@@ -56,7 +78,7 @@ impl Ctx {
     pub async fn connect(&self, role: &str) -> anyhow::Result<async_nats::Client> {
         let name = format!("workload-{}-{role}", self.run.run_id);
         tokio::select! {
-            c = connect(&self.servers, &name) => c,
+            c = connect(&self.cluster.servers, &name) => c,
             _ = self.cancel.cancelled() => anyhow::bail!("stopped before {role} could connect"),
         }
     }
@@ -73,6 +95,54 @@ pub async fn connect(servers: &[String], name: &str) -> anyhow::Result<async_nat
         .connect(servers.to_vec())
         .await?;
     Ok(client)
+}
+
+/// A bad observation not yet confirmed or refuted, by what would answer it in the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Suspect {
+    /// STREAM.INFO said "not found".
+    StreamMissing,
+    /// The stream's last sequence or count below the last ack.
+    StreamShort,
+    /// Acknowledged sequences purged, deleted or reported lost.
+    AckedSequencesMissing,
+    /// Publishes rejected: the stream ends before the last ack.
+    PublishStreamBehind,
+    /// A skipped sequence looked up and found absent, not yet for long enough.
+    ReadMissing,
+    /// A replica disagreeing with the leader.
+    ReplicasDisagree,
+}
+
+/// Suspicions still open, each with the details of its latest bad observation. Whatever is
+/// open when the drivers stop is handed to the final verification, which answers it with
+/// faults paused: nothing vanishes because the run ended first.
+#[derive(Default)]
+pub struct Suspicions(Mutex<BTreeMap<Suspect, Value>>);
+
+impl Suspicions {
+    pub fn open(&self, what: Suspect, details: &Value) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(what, details.clone());
+        }
+    }
+
+    pub fn close(&self, what: Suspect) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(&what);
+        }
+    }
+
+    /// What is open now.
+    pub fn open_now(&self) -> Vec<Suspect> {
+        self.0.lock().map(|m| m.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// Takes every open suspicion (they are answered elsewhere from now on).
+    pub fn take(&self) -> BTreeMap<Suspect, Value> {
+        self.0.lock().map(|mut m| std::mem::take(&mut *m)).unwrap_or_default()
+    }
 }
 
 macro_rules! stats {
@@ -93,8 +163,13 @@ macro_rules! stats {
 }
 
 stats! {
-    /// Sequence of the last acknowledged publish.
+    /// Every sequence up to this one was acknowledged holding its own message (the loss
+    /// checks' watermark; frozen at the first wrong ack).
     last_acked_seq,
+    /// The message index whose ack first broke a property (0: none did).
+    ack_diverged_at,
+    /// Acks that arrived after a rewind gave their send up, judged as they came.
+    late_acks,
     /// Acks judged in order (fresh and duplicate).
     acked,
     duplicate_acks,
@@ -109,8 +184,11 @@ stats! {
     /// Messages verified by the final full read.
     final_verified,
     consumer_recreates,
-    /// Deliveries of already verified sequences (the client restarted a consumer from 1).
+    /// Deliveries of already verified sequences as a new consumer's first message (the
+    /// client restarted a consumer from 1).
     redeliveries,
+    /// Replica states compared with the leader's (per-replica check).
+    replica_comparisons,
     scale_requests,
     /// Scale requests sent again because a late, older request had undone them.
     scale_reissued,

@@ -1,25 +1,34 @@
-//! The stream monitor: every two seconds the stream must exist, and hold every acknowledged
-//! message (last sequence and count at least the last ack; no acknowledged sequence purged
-//! or deleted). Each judgment counts only when confirmed over time (see
-//! [`properties::confirm`]): a restarting node or a deposed leader can answer from a stale
-//! view for a moment.
+//! The stream watch: the stream must exist, hold every acknowledged message (last sequence
+//! and count at least the last ack; no acknowledged sequence purged, deleted or reported
+//! lost), and every current replica must agree with the leader. Each judgment counts only
+//! when confirmed over time (see [`properties::confirm`]): a restarting node or a deposed
+//! leader can answer from a stale view for a moment. The monitor driver looks every two
+//! seconds; the final verification and the composer commands look until judged.
 
 use crate::jsapi::{self, ApiError, StreamInfo};
+use crate::replicas::{ReplicaLook, ReplicaProbe};
 use crate::sdk;
-use crate::state::{Ctx, Stats};
+use crate::state::{Ctx, Stats, Suspect};
 use properties::confirm::{Confirm, Confirmation};
-use properties::Property;
+use properties::replicas::{never_caught_up, Agreement};
+use properties::{Outcome, Property};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let client = ctx.connect("monitor").await?;
     let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
+    let mut probe = ReplicaProbe::new(&ctx.cluster.monitor_urls);
     while !ctx.cancel.is_cancelled() {
         let acked_before = Stats::get(&ctx.stats.last_acked_seq);
         let answer = jsapi::stream_info_deleted(&client, &ctx.stream, ctx.api_timeout()).await;
         watch.observe(&ctx, &answer, acked_before);
+        if let (Ok(info), true) = (&answer, probe.enabled()) {
+            let look = probe.compare(&ctx.stream, &info.view, false).await;
+            watch.observe_replicas(&ctx, &look);
+        }
         tokio::select! {
             _ = ctx.cancel.cancelled() => break,
             _ = tokio::time::sleep(Duration::from_secs(2)) => {}
@@ -41,30 +50,30 @@ pub enum Look {
     Unobserved,
 }
 
-/// The three confirmations the monitor keeps.
+/// The confirmations the watch keeps.
 pub struct StreamWatch {
     missing: Confirm,
     short: Confirm,
     holes: Confirm,
+    replicas: Confirm,
 }
 
 impl StreamWatch {
     pub fn new(hold: Duration) -> Self {
-        Self { missing: Confirm::new(hold, 3), short: Confirm::new(hold, 3), holes: Confirm::new(hold, 3) }
+        let c = || Confirm::new(hold, 3);
+        Self { missing: c(), short: c(), holes: c(), replicas: c() }
     }
 
     /// Feeds one stream-info answer, taken after reading `acked_before`, and reports what
     /// the confirmations confirm.
     pub fn observe(&mut self, ctx: &Ctx, answer: &Result<StreamInfo, ApiError>, acked_before: u64) -> Look {
         let now = ctx.live.now();
-        let quiet = |why: &str| ctx.live.quiet.request(ctx.cfg.liveness.quiet, why);
         if matches!(answer, Err(e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND)) {
             let details = json!({ "stream": ctx.stream, "last_acked_seq": acked_before });
-            return judge(&mut self.missing, now, true, Property::StreamNeverDisappears, details, || quiet("stream reported missing"));
+            return judge(ctx, &mut self.missing, now, true, Suspect::StreamMissing, Property::StreamNeverDisappears, details);
         }
         let Ok(info) = answer else { return Look::Unobserved };
-        self.missing.observe(now, false);
-        sdk::hold(Property::StreamNeverDisappears);
+        judge(ctx, &mut self.missing, now, false, Suspect::StreamMissing, Property::StreamNeverDisappears, Value::Null);
         if let Some(cluster) = &info.view.cluster {
             let leader = cluster.leader.clone().unwrap_or_default();
             if let Ok(mut l) = ctx.stats.leader.lock() {
@@ -78,39 +87,132 @@ impl StreamWatch {
         let state = &info.view.state;
         let short = state.last_seq < acked_before || state.messages < acked_before;
         let details = json!({ "last_seq": state.last_seq, "messages": state.messages, "last_acked_seq": acked_before });
-        let a = judge(&mut self.short, now, short, Property::StreamStateCoversAcks, details, || quiet("stream state below the last ack"));
-        let lost = state.acked_missing(acked_before);
-        let details = json!({ "acked_seqs_missing": lost, "first_seq": state.first_seq, "last_acked_seq": acked_before,
-                              "observed_by": "stream info: purged or deleted acknowledged sequences" });
-        let b = judge(&mut self.holes, now, !lost.is_empty(), Property::AckedMessageNeverLost, details, || quiet("acknowledged sequences missing"));
-        [a, b].into_iter().max_by_key(|l| match l {
-            Look::Reported => 3,
-            Look::Pending => 2,
-            Look::Unobserved => 1,
-            Look::Whole => 0,
-        }).unwrap_or(Look::Whole)
+        let a = judge(ctx, &mut self.short, now, short, Suspect::StreamShort, Property::StreamStateCoversAcks, details);
+        let missing = state.acked_missing(acked_before);
+        let lost: Vec<u64> = state.lost_acked(acked_before).take(10).collect();
+        let details = json!({ "acked_seqs_missing": missing, "reported_lost_by_server": lost, "first_seq": state.first_seq,
+                              "last_acked_seq": acked_before, "observed_by": "stream info: acknowledged sequences purged, deleted or lost" });
+        let b = judge(ctx, &mut self.holes, now, !missing.is_empty(), Suspect::AckedSequencesMissing, Property::AckedMessageNeverLost, details);
+        worst(a, b)
+    }
+
+    /// Feeds one comparison of the replicas with the leader (see [`ReplicaProbe`]).
+    pub fn observe_replicas(&mut self, ctx: &Ctx, look: &ReplicaLook) -> Look {
+        let ReplicaLook::Compared { leader, followers, agreement } = look else { return Look::Unobserved };
+        Stats::add(&ctx.stats.replica_comparisons, followers.len() as u64);
+        let now = ctx.live.now();
+        match agreement {
+            Agreement::Agree => judge(ctx, &mut self.replicas, now, false, Suspect::ReplicasDisagree, Property::ReplicasAgree, Value::Null),
+            Agreement::Disagree(v) => judge(ctx, &mut self.replicas, now, true, Suspect::ReplicasDisagree, Property::ReplicasAgree, v.details.clone()),
+            // Only at rest can a replica lag (while writes go on its tail is allowed to
+            // differ): it may still catch up, so only a whole window settles that.
+            Agreement::Lagging { nodes } => {
+                ctx.suspicions.open(Suspect::ReplicasDisagree, &never_caught_up(leader, followers, nodes).details);
+                Look::Pending
+            }
+        }
     }
 }
 
+fn worst(a: Look, b: Look) -> Look {
+    let rank = |l: Look| match l {
+        Look::Reported => 3,
+        Look::Pending => 2,
+        Look::Unobserved => 1,
+        Look::Whole => 0,
+    };
+    if rank(a) >= rank(b) { a } else { b }
+}
+
 /// One observation for one confirmation: reports the property when confirmed (then starts
-/// over), holds it when good, asks for quiet once a bad streak outlives a blip.
-fn judge(c: &mut Confirm, now: Duration, bad: bool, p: Property, mut details: Value, ask_quiet: impl FnOnce()) -> Look {
+/// over), holds it when good, and keeps a pending streak as an open suspicion (asking for
+/// quiet once it outlives a blip).
+fn judge(ctx: &Ctx, c: &mut Confirm, now: Duration, bad: bool, what: Suspect, p: Property, mut details: Value) -> Look {
     match c.observe(now, bad) {
         Confirmation::Good => {
+            ctx.suspicions.close(what);
             sdk::hold(p);
             Look::Whole
         }
-        Confirmation::Pending { ask_quiet: asked } => {
-            if asked {
-                ask_quiet();
+        Confirmation::Pending { ask_quiet } => {
+            ctx.suspicions.open(what, &details);
+            if ask_quiet {
+                ctx.live.quiet.request(ctx.cfg.liveness.quiet, &format!("{what:?} seen, confirming"));
             }
             Look::Pending
         }
         Confirmation::Confirmed { bad_for } => {
+            ctx.suspicions.close(what);
             details["confirmed_for_s"] = json!(bad_for.as_secs_f64());
             sdk::check(p, false, &details);
             c.reset();
             Look::Reported
+        }
+    }
+}
+
+/// Looks at the stream until its state is judged: whole, or a bad state confirmed over
+/// `liveness.quiet` (reported). A streak that starts late still gets its whole hold: the
+/// looks go on for a liveness window, longer than the hold. Unknown (and reported as such)
+/// when no judgment could be made within that window.
+pub async fn judge_stream(ctx: &Ctx, client: &async_nats::Client, acked: u64, cancel: &CancellationToken) -> Outcome {
+    let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
+    let mut window = ctx.live.open_question("stream state");
+    loop {
+        let answer = jsapi::stream_info_deleted(client, &ctx.stream, ctx.api_timeout()).await;
+        let last = match watch.observe(ctx, &answer, acked) {
+            Look::Whole => return Outcome::Held,
+            Look::Reported => return Outcome::Failed,
+            Look::Pending => "a bad state not yet confirmed".to_string(),
+            Look::Unobserved => answer.err().map_or_else(|| "the stream has no leader".into(), |e| e.to_string()),
+        };
+        if cancel.is_cancelled() || !window.failed(&last, cancel).await {
+            let details = json!({ "stream": ctx.stream, "last_acked_seq": acked, "last_answer": last,
+                                  "problem": "the stream's state could not be judged within a liveness window" });
+            for p in [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost] {
+                sdk::unknown(p, &details);
+            }
+            return Outcome::Unknown;
+        }
+    }
+}
+
+/// With nothing writing to the stream, every current replica must come to equal the
+/// leader within a liveness window; a disagreement confirmed over `liveness.quiet` fails
+/// `replicas-agree` at once. Unknown when the replicas never all answered or were never
+/// all current. `None` without monitoring endpoints: the check is off.
+pub async fn judge_replicas_at_rest(ctx: &Ctx, client: &async_nats::Client, cancel: &CancellationToken) -> Option<Outcome> {
+    let mut probe = ReplicaProbe::new(&ctx.cluster.monitor_urls);
+    if !probe.enabled() {
+        return None;
+    }
+    let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
+    let mut window = ctx.live.open_question("replicas agree");
+    let mut last = ReplicaLook::NotSettled("not asked yet".into());
+    loop {
+        if let Ok(info) = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await {
+            last = probe.compare(&ctx.stream, &info.view, true).await;
+            match watch.observe_replicas(ctx, &last) {
+                Look::Whole => return Some(Outcome::Held),
+                Look::Reported => return Some(Outcome::Failed),
+                Look::Pending | Look::Unobserved => {}
+            }
+        }
+        if cancel.is_cancelled() || !window.failed("replicas not compared yet", cancel).await {
+            break;
+        }
+    }
+    match last {
+        // Still behind a stream nobody writes to after a whole window: they never caught up.
+        ReplicaLook::Compared { leader, followers, agreement: Agreement::Lagging { nodes } } => {
+            ctx.suspicions.close(Suspect::ReplicasDisagree);
+            sdk::violation(&never_caught_up(&leader, &followers, &nodes));
+            Some(Outcome::Failed)
+        }
+        other => {
+            sdk::unknown(Property::ReplicasAgree, &json!({ "stream": ctx.stream, "last_look": format!("{other:?}"),
+                "problem": "the replicas could not be compared within a liveness window" }));
+            Some(Outcome::Unknown)
         }
     }
 }

@@ -3,21 +3,33 @@
 //! Message `i` goes out with `Nats-Msg-Id` `<run>-i`, its deterministic payload, the
 //! payload's sha256 and `expected_last_sequence = i - 1`. Up to `in_flight` publishes
 //! await their acks; acks are judged strictly in send order by the
-//! [`PublishLedger`]. On anything but a clean ack the publisher drops what is in flight and
-//! rewinds to the first unconfirmed message, resending the same ids: the dedup window turns
-//! a retry of a stored message into a duplicate ack carrying its original sequence.
+//! [`PublishLedger`]. On anything but a clean ack the publisher gives up what is in flight
+//! and rewinds to the first unconfirmed message, resending the same ids: the dedup window
+//! turns a retry of a stored message into a duplicate ack carrying its original sequence.
+//! The replies to the sends it gave up are still awaited and judged as they arrive: every
+//! ack the server sends is judged.
 
 use crate::sdk;
-use crate::state::{Ctx, Stats};
-use async_nats::jetstream::context::{PublishAckFuture, PublishErrorKind};
+use crate::state::{Ctx, Stats, Suspect};
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, message::PublishMessage};
 use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use properties::confirm::{Confirm, Confirmation};
 use properties::payload::{checksum, CHECKSUM_HEADER, MSG_ID_HEADER};
-use properties::publish::{AckVerdict, PublishLedger, Rejection};
+use properties::publish::{AckVerdict, LateAck, PublishLedger, Rejection};
 use properties::Property;
+use serde_json::json;
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+
+/// Replies to sends a rewind gave up, each with its message index. Every one ends: a
+/// publish ack future times out (`publish.ack_timeout`) once polled.
+type Late = FuturesUnordered<BoxFuture<'static, (u64, Result<PublishAck, PublishError>)>>;
 
 /// Why the first unconfirmed message must be sent again.
 struct Failure {
@@ -33,16 +45,22 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut next_send = 1u64;
     let mut window = None;
     let mut behind = Confirm::new(ctx.cfg.liveness.quiet, 3);
+    let mut late = Late::new();
 
     while !ctx.cancel.is_cancelled() {
         let failure = match fill(&ctx, &js, &ledger, &mut in_flight, &mut next_send).await {
             Err(f) => f,
             Ok(()) => {
                 let Some((index, ack)) = in_flight.pop_front() else { continue };
-                let reply = tokio::select! {
-                    _ = ctx.cancel.cancelled() => break,
-                    reply = ack => reply,
+                let mut ack = std::pin::pin!(std::future::IntoFuture::into_future(ack));
+                let reply = loop {
+                    tokio::select! {
+                        _ = ctx.cancel.cancelled() => break None,
+                        reply = &mut ack => break Some(reply),
+                        Some((i, reply)) = late.next(), if !late.is_empty() => judge_late(&ctx, &ledger, &mut behind, i, reply),
+                    }
                 };
+                let Some(reply) = reply else { break };
                 match judge(&ctx, &js, &mut ledger, &mut behind, index, reply).await {
                     None => {
                         if let Some(w) = window.take() {
@@ -54,10 +72,11 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
                 }
             }
         };
-        // Rewind: everything after the first unconfirmed message is sent again.
+        // Rewind: everything after the first unconfirmed message is sent again; the replies
+        // to what was in flight are still judged when they come.
         Stats::add(&ctx.stats.publish_failures, 1);
         Stats::add(&ctx.stats.rewinds, 1);
-        in_flight.clear();
+        late.extend(in_flight.drain(..).map(|(i, ack)| async move { (i, ack.await) }.boxed()));
         next_send = ledger.next_index();
         match failure.kind {
             Some(PublishErrorKind::StreamNotFound) => sdk::hold(Property::PublishRetriedAfterNoResponders),
@@ -67,12 +86,55 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
         }
         tracing::debug!(index = next_send, error = %failure.error, "publish failed; resending from the first unconfirmed message");
         let w = window.get_or_insert_with(|| ctx.live.open("publish", Property::PublishEventuallyAcked));
-        if !w.failed(&failure.error, &ctx.cancel).await {
+        let going = {
+            let mut pause = std::pin::pin!(w.failed(&failure.error, &ctx.cancel));
+            loop {
+                tokio::select! {
+                    going = &mut pause => break going,
+                    Some((i, reply)) = late.next(), if !late.is_empty() => judge_late(&ctx, &ledger, &mut behind, i, reply),
+                }
+            }
+        };
+        if !going {
             Stats::add(&ctx.stats.liveness_windows_expired, 1);
             window = None;
         }
     }
+    // The last replies to given-up sends, for as long as they take to arrive or time out.
+    while let Some((i, reply)) = late.next().await {
+        judge_late(&ctx, &ledger, &mut behind, i, reply);
+    }
     Ok(())
+}
+
+/// Judges a reply to a send that a rewind gave up. An ack must name its message's own
+/// sequence; a "wrong last sequence" answer can still contradict a "stream behind" streak.
+fn judge_late(ctx: &Ctx, ledger: &PublishLedger, behind: &mut Confirm, index: u64, reply: Result<PublishAck, PublishError>) {
+    match reply {
+        Ok(ack) if ack.stream == ctx.stream => {
+            Stats::add(&ctx.stats.late_acks, 1);
+            match ledger.on_late_ack(index, ack.sequence, ack.duplicate) {
+                LateAck::Consistent => sdk::hold(if ack.duplicate { Property::PublishDuplicateAckOriginalSequence } else { Property::PublishAckGapFree }),
+                LateAck::Unjudged => {}
+                LateAck::Violation(v) => sdk::violation(&v),
+            }
+        }
+        Ok(_) => {} // another stream's: nothing about ours
+        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+            if let Some(last) = reported_last_sequence(&e) {
+                if ledger.on_wrong_last_sequence(last) != Rejection::Behind {
+                    behind_refuted(ctx, behind);
+                }
+            }
+        }
+        Err(_) => {}
+    }
+}
+
+/// An answer that contradicts "the stream ends before the last ack" ends that streak.
+fn behind_refuted(ctx: &Ctx, behind: &mut Confirm) {
+    behind.reset();
+    ctx.suspicions.close(Suspect::PublishStreamBehind);
 }
 
 /// Sends until `in_flight` publishes await their acks.
@@ -112,7 +174,7 @@ async fn judge(
     ledger: &mut PublishLedger,
     behind: &mut Confirm,
     index: u64,
-    reply: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
+    reply: Result<PublishAck, PublishError>,
 ) -> Option<Failure> {
     let ack = match reply {
         Ok(ack) => ack,
@@ -145,9 +207,10 @@ async fn judge(
         }
         AckVerdict::Violation(v) => sdk::violation(&v),
     }
-    behind.reset();
+    behind_refuted(ctx, behind);
     Stats::add(&ctx.stats.acked, 1);
-    ctx.stats.last_acked_seq.store(ledger.last_acked_seq(), std::sync::atomic::Ordering::Relaxed);
+    ctx.stats.last_acked_seq.store(ledger.watermark(), Relaxed);
+    ctx.stats.ack_diverged_at.store(ledger.diverged_at().unwrap_or(0), Relaxed);
     None
 }
 
@@ -157,16 +220,22 @@ async fn judge(
 /// looked up, since a new leader's dedup state can lag behind what it stored.
 async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &PublishLedger, behind: &mut Confirm, index: u64, last: u64) {
     match ledger.on_wrong_last_sequence(last) {
-        Rejection::Transient => {}
+        Rejection::Transient => behind_refuted(ctx, behind),
         Rejection::Behind => match behind.observe(ctx.live.now(), true) {
             Confirmation::Confirmed { bad_for } => {
                 sdk::violation(&ledger.stream_behind(index, last, bad_for.as_secs_f64()));
-                behind.reset();
+                behind_refuted(ctx, behind);
             }
-            Confirmation::Pending { ask_quiet: true } => ctx.live.quiet.request(ctx.cfg.liveness.quiet, "publishes say the stream ends before the last ack"),
-            _ => {}
+            Confirmation::Pending { ask_quiet } => {
+                ctx.suspicions.open(Suspect::PublishStreamBehind, &json!({ "index": index, "stream_last_seq": last, "last_acked_seq": ledger.watermark() }));
+                if ask_quiet {
+                    ctx.live.quiet.request(ctx.cfg.liveness.quiet, "publishes say the stream ends before the last ack");
+                }
+            }
+            Confirmation::Good => {}
         },
         Rejection::Ahead { seq } => {
+            behind_refuted(ctx, behind);
             let occupant = async { js.get_stream_no_info(&ctx.stream).await?.get_raw_message(seq).await.map_err(anyhow::Error::from) };
             match occupant.await {
                 Ok(msg) => {
@@ -184,7 +253,7 @@ async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &Publis
 }
 
 /// The stream's last sequence named in a 10071 rejection ("wrong last sequence: 42").
-fn reported_last_sequence(e: &jetstream::context::PublishError) -> Option<u64> {
+fn reported_last_sequence(e: &PublishError) -> Option<u64> {
     let text = std::error::Error::source(e)?.to_string();
     let rest = text.split("wrong last sequence:").nth(1)?;
     rest.trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()

@@ -7,12 +7,12 @@
 //! absent (confirmed over time) means it is gone.
 
 use crate::jsapi;
+use crate::retry::{OpenWindow, Step};
 use crate::sdk;
-use crate::state::{Ctx, Stats};
+use crate::state::{Ctx, Stats, Suspect};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use futures::StreamExt;
 use properties::confirm::{Confirm, Confirmation};
-use properties::liveness::{Next, Window};
 use properties::payload::{CHECKSUM_HEADER, MSG_ID_HEADER};
 use properties::read::{judge_missing, Lookup, ReadOutcome, ReadVerifier};
 use properties::Property;
@@ -30,12 +30,13 @@ pub enum Until {
 }
 
 /// Reads and verifies from sequence 1. `verified` counts verified messages.
-/// Returns the verifier's next sequence when done (or cancelled).
+/// Returns the verifier's next sequence when done (or cancelled): past the target when
+/// every sequence up to it was read or judged missing.
 pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Result<u64> {
     let client = ctx.connect("reader").await?;
     let js = jetstream::ContextBuilder::new().timeout(ctx.api_timeout()).build(client.clone());
     let mut verifier = ReadVerifier::new(ctx.run.clone(), 1);
-    let mut catch_up = CatchUp::default();
+    let mut catch_up = CatchUp { target: None, seen: 0 };
     let mut tick = tokio::time::interval(Duration::from_secs(1));
 
     'consumer: loop {
@@ -71,9 +72,12 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 _ = tick.tick() => {
                     match catch_up.tick(ctx, until, &verifier) {
                         Tick::Go => {}
-                        Tick::Recreate => {
-                            // Faults pause now: a consumer stuck since the last fault would
-                            // wait two missed heartbeats (30 s) before the client replaces it.
+                        Tick::Stalled { target } => {
+                            // Faults pause now. Is the next message there at all? If the
+                            // stream ends before it, that is acknowledged data lost.
+                            tail_look_up(ctx, &client, &mut verifier, target).await;
+                            // A consumer stuck since the last fault would wait two missed
+                            // heartbeats (30 s) before the client replaced it.
                             recreated(ctx, "quiet period started while behind");
                             continue 'consumer;
                         }
@@ -101,18 +105,19 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     continue 'consumer;
                 }
             };
-            let seq = match msg.info() {
+            let (seq, first_of_consumer) = match msg.info() {
                 Ok(info) => {
                     // async-nats recreates an ordered consumer by itself (on consumer
                     // sequence gaps, missed heartbeats, a deleted consumer) under a new
                     // name: a new name on a delivery is that recreation.
+                    let first = consumer_name != info.consumer && info.consumer_sequence == 1;
                     if consumer_name != info.consumer {
                         if !consumer_name.is_empty() {
                             recreated(ctx, "the client recreated the ordered consumer");
                         }
                         consumer_name = info.consumer.to_string();
                     }
-                    info.stream_sequence
+                    (info.stream_sequence, first)
                 }
                 Err(e) => {
                     sdk::check(Property::ReadOnlyPublishedMessages, false, &json!({
@@ -123,7 +128,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
             };
             let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_string());
             let (id, sum) = (header(MSG_ID_HEADER), header(CHECKSUM_HEADER));
-            match verifier.check(seq, id.as_deref(), sum.as_deref(), &msg.payload) {
+            match verifier.check(seq, first_of_consumer, id.as_deref(), sum.as_deref(), &msg.payload) {
                 ReadOutcome::Verified => {
                     Stats::add(verified, 1);
                     for p in [Property::ReadSequenceGapFree, Property::ReadContentMatchesPublish, Property::ReadOnlyPublishedMessages] {
@@ -138,8 +143,8 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     if let Some(v) = violation {
                         sdk::violation(&v);
                     }
-                    // The client restarted the consumer from the stream's start (it does
-                    // so when it recreates one that had delivered nothing): resume ours.
+                    // A new consumer started before what was verified (the client restarts
+                    // one that had delivered nothing from the stream's start): resume ours.
                     Stats::add(&ctx.stats.redeliveries, 1);
                     recreated(ctx, "an already verified sequence was delivered again");
                     continue 'consumer;
@@ -147,10 +152,10 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 ReadOutcome::Gap { from, to } => {
                     match look_up(ctx, &client, from).await {
                         None => {} // could not observe: no judgment, read the gap again
-                        Some(found) => {
+                        Some(Found { lookup, .. }) => {
                             let last_acked = Stats::get(&ctx.stats.last_acked_seq);
-                            sdk::violation(&judge_missing(from, to, found, last_acked));
-                            if found == Lookup::Absent {
+                            sdk::violation(&judge_missing(from, to, lookup, last_acked));
+                            if lookup == Lookup::Absent {
                                 verifier.skip_to(to + 1);
                             }
                         }
@@ -177,60 +182,87 @@ fn recreated(ctx: &Ctx, why: &str) {
     sdk::hold(Property::ConsumerRecreated);
 }
 
-/// Looks a skipped sequence up in the stream. `Absent` only when every answer for a whole
-/// quiet period said so (a restarting node or deposed leader can answer from a stale view);
-/// `None` when the stream could not be asked within a liveness window.
-async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Lookup> {
+/// What a look-up of a sequence found.
+struct Found {
+    lookup: Lookup,
+    /// The stream's last sequence when absence was confirmed (if it answered).
+    stream_last: Option<u64>,
+}
+
+/// Looks a sequence up in the stream. `Absent` only when every answer for a whole quiet
+/// period said so (a restarting node or deposed leader can answer from a stale view);
+/// `None` when no such answer could be had within a liveness window (read it again).
+async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Found> {
     let mut confirm = Confirm::new(ctx.cfg.liveness.quiet, 3);
-    let mut window = Window::open(ctx.cfg.window(), ctx.live.now());
-    loop {
-        let pause = match jsapi::message_present(client, &ctx.stream, seq, ctx.api_timeout()).await {
-            Ok(true) => return Some(Lookup::Present),
+    let mut window = ctx.live.open_question("look up a sequence");
+    let found = loop {
+        let error = match jsapi::message_present(client, &ctx.stream, seq, ctx.api_timeout()).await {
+            Ok(true) => break Some(Found { lookup: Lookup::Present, stream_last: None }),
             Ok(false) => match confirm.observe(ctx.live.now(), true) {
-                Confirmation::Confirmed { .. } => return Some(Lookup::Absent),
+                Confirmation::Confirmed { .. } => {
+                    let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await;
+                    break Some(Found { lookup: Lookup::Absent, stream_last: info.ok().map(|i| i.view.state.last_seq) });
+                }
                 Confirmation::Pending { ask_quiet } => {
+                    ctx.suspicions.open(Suspect::ReadMissing, &json!({ "seq": seq }));
                     if ask_quiet {
-                        ctx.live.quiet.request(ctx.cfg.liveness.quiet, &format!("sequence {seq} skipped and absent"));
+                        ctx.live.quiet.request(ctx.cfg.liveness.quiet, &format!("sequence {seq} absent, confirming"));
                     }
-                    Duration::from_secs(1)
+                    "absent, not yet for long enough".to_string()
                 }
                 Confirmation::Good => unreachable!("a bad observation never answers Good"),
             },
-            Err(e) => match window.failed(ctx.live.now()) {
-                Next::Retry(p) => p,
-                Next::RequestQuiet { quiet, retry_after } => {
-                    ctx.live.quiet.request_for_window(quiet, "looking up a skipped sequence");
-                    retry_after
-                }
-                Next::Expired { .. } => {
-                    tracing::warn!(seq, error = %e, "could not look up a skipped sequence; reading it again instead of judging");
-                    return None;
-                }
-            },
+            Err(e) => e.to_string(),
         };
-        tokio::select! {
-            _ = ctx.cancel.cancelled() => return None,
-            _ = tokio::time::sleep(pause) => {}
+        if ctx.cancel.is_cancelled() || !window.failed(&error, &ctx.cancel).await {
+            if !ctx.cancel.is_cancelled() {
+                tracing::warn!(seq, error, "could not look up a sequence; reading it again instead of judging");
+            }
+            break None;
         }
+    };
+    if found.is_some() || !ctx.cancel.is_cancelled() {
+        ctx.suspicions.close(Suspect::ReadMissing);
     }
+    found
+}
+
+/// The reader is stuck below `target`: looks its next sequence up. Absent, with the stream
+/// ending before it, means every acknowledged message from there to the target is gone
+/// (reported, and the reader moves past them); absent inside the stream is a hole (one
+/// message lost). Present, or no answer: nothing judged, the consumer is recreated.
+async fn tail_look_up(ctx: &Ctx, client: &async_nats::Client, verifier: &mut ReadVerifier, target: u64) {
+    let next = verifier.next_seq();
+    let Some(Found { lookup: Lookup::Absent, stream_last }) = look_up(ctx, client, next).await else { return };
+    let last_acked = Stats::get(&ctx.stats.last_acked_seq);
+    let to = if stream_last.is_some_and(|last| last < next) { target.max(next) } else { next };
+    let mut v = judge_missing(next, to, Lookup::Absent, last_acked);
+    v.details["stream_last_seq"] = json!(stream_last);
+    v.details["observed_by"] = json!("the reader stalled below its target and looked its next sequence up");
+    sdk::violation(&v);
+    verifier.skip_to(to + 1);
 }
 
 /// The catch-up liveness rule: whenever the reader is behind, it must reach the sequence it
-/// was behind (the last ack at that moment, or the final read's target) within a window.
-#[derive(Default)]
-struct CatchUp {
-    target: Option<(u64, Window)>,
+/// was behind (the last ack at that moment, or the final read's target) within a window
+/// of time WITHOUT PROGRESS: every message read starts the window over, so a long read
+/// that keeps moving never runs out.
+struct CatchUp<'a> {
+    target: Option<(u64, OpenWindow<'a>)>,
+    /// Consumed at the last tick.
+    seen: u64,
 }
 
-impl CatchUp {
-    /// Once a second: says whether to go on, to recreate the consumer now that faults
-    /// pause, or that a window ran out (reported).
-    fn tick(&mut self, ctx: &Ctx, until: Until, verifier: &ReadVerifier) -> Tick {
-        let now = ctx.live.now();
+impl<'a> CatchUp<'a> {
+    /// Once a second: says whether to go on, that the reader stalled (faults now pause),
+    /// or that a window ran out (reported).
+    fn tick(&mut self, ctx: &'a Ctx, until: Until, verifier: &ReadVerifier) -> Tick {
         let consumed = verifier.consumed();
+        let progressed = consumed > self.seen;
+        self.seen = consumed;
         if let Some((target, w)) = &self.target {
             if consumed >= *target {
-                sdk::check(Property::ConsumerEventuallyCatchesUp, true, &json!({ "target": target, "elapsed_s": w.elapsed(now).as_secs_f64() }));
+                sdk::check(Property::ConsumerEventuallyCatchesUp, true, &json!({ "target": target, "elapsed_s": w.elapsed().as_secs_f64() }));
                 self.target = None;
             }
         }
@@ -240,19 +272,20 @@ impl CatchUp {
         };
         let Some((target, w)) = &mut self.target else {
             if consumed < goal {
-                self.target = Some((goal, Window::open(ctx.cfg.window(), now)));
+                self.target = Some((goal, ctx.live.open_question("consumer catch-up")));
             }
             return Tick::Go;
         };
-        match w.failed(now) {
-            Next::Retry(_) => Tick::Go,
-            Next::RequestQuiet { quiet, .. } => {
-                ctx.live.quiet.request_for_window(quiet, &format!("reader behind at {consumed} of {target}"));
-                Tick::Recreate
-            }
-            Next::Expired { elapsed, .. } => {
+        if progressed {
+            w.progressed();
+            return Tick::Go;
+        }
+        match w.step(&format!("reader at {consumed} of {target}")) {
+            Step::Retry(_) => Tick::Go,
+            Step::QuietStarted(_) => Tick::Stalled { target: *target },
+            Step::Expired(elapsed) => {
                 sdk::check(Property::ConsumerEventuallyCatchesUp, false, &json!({
-                    "target": *target, "consumed": consumed, "elapsed_s": elapsed.as_secs_f64() }));
+                    "target": *target, "consumed": consumed, "without_progress_s": elapsed.as_secs_f64() }));
                 Stats::add(&ctx.stats.liveness_windows_expired, 1);
                 self.target = None;
                 Tick::Expired
@@ -263,6 +296,7 @@ impl CatchUp {
 
 enum Tick {
     Go,
-    Recreate,
+    /// No progress for most of a window: faults were asked to pause.
+    Stalled { target: u64 },
     Expired,
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
     let client = ctx.connect("scaler").await?;
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5CA1E);
-    let choices = ctx.cfg.scale_choices(ctx.cluster_size);
+    let choices = ctx.cfg.scale_choices(ctx.cluster.size);
     let timeout = ctx.api_timeout();
     let (lo, hi) = (ctx.cfg.scale.interval_min, ctx.cfg.scale.interval_max);
     while !ctx.cancel.is_cancelled() {
@@ -90,7 +90,7 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
             return Err(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas));
         }
         settled(&info.view, replicas)?;
-        let sick = unhealthy(&http, &ctx.monitor_urls).await;
+        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
         if !sick.is_empty() {
             return Err(format!("not healthy: {}", sick.join(", ")));
         }

@@ -1,0 +1,117 @@
+//! What a Test Composer driver acknowledged, kept on the volume the commands share: each
+//! driver records which stream it used and how far its acknowledgements got, so that the
+//! eventually_ and finally_ commands can verify every stream from its record alone.
+
+use crate::state::{Ctx, Stats, Suspect};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What one driver acknowledged: enough to verify its stream without it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub run_id: String,
+    pub seed: u64,
+    pub payload_size: usize,
+    /// Every sequence up to this one was acknowledged (while the driver runs, a lower bound).
+    pub last_acked: u64,
+    /// The replica count requested last.
+    pub replicas: u64,
+    /// The driver stopped: nothing publishes to or scales the stream any more.
+    pub finished: bool,
+    /// Suspicions still open when the driver stopped: the verifying commands answer them.
+    #[serde(default)]
+    pub open_suspicions: Vec<Suspect>,
+}
+
+/// The directory the commands share.
+#[derive(Clone, Debug)]
+pub struct StateDir(pub PathBuf);
+
+impl StateDir {
+    fn streams(&self) -> PathBuf {
+        self.0.join("streams")
+    }
+
+    /// Replaces the record of `r.run_id` at once (a reader never sees half of one).
+    pub fn write(&self, r: &Record) -> anyhow::Result<()> {
+        let dir = self.streams();
+        std::fs::create_dir_all(&dir)?;
+        let tmp = dir.join(format!(".{}.tmp", r.run_id));
+        std::fs::write(&tmp, serde_json::to_vec_pretty(r)?)?;
+        std::fs::rename(&tmp, dir.join(format!("{}.json", r.run_id)))?;
+        Ok(())
+    }
+
+    /// Every record, in run-id order (run ids are seed-derived, not chronological); none when
+    /// no driver has run yet.
+    pub fn records(&self) -> anyhow::Result<Vec<Record>> {
+        let dir = self.streams();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => anyhow::bail!("cannot read {}: {e}", dir.display()),
+        };
+        let mut records = Vec::new();
+        for entry in entries {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                let text = std::fs::read_to_string(&path)?;
+                let r: Record = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("bad record {}: {e}", path.display()))?;
+                records.push(r);
+            }
+        }
+        records.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(records)
+    }
+}
+
+/// Writes the driver's record now.
+pub fn record(ctx: &Ctx, state: &StateDir, finished: bool) -> anyhow::Result<()> {
+    state.write(&Record {
+        run_id: ctx.run.run_id.clone(),
+        seed: ctx.run.seed,
+        payload_size: ctx.run.payload_size,
+        last_acked: Stats::get(&ctx.stats.last_acked_seq),
+        replicas: Stats::get(&ctx.stats.replicas),
+        finished,
+        open_suspicions: ctx.suspicions.open_now(),
+    })
+}
+
+/// Keeps the driver's record current while it runs, so a driver that is killed still
+/// leaves what it had acknowledged a moment before.
+pub async fn record_while_running(ctx: Arc<Ctx>, state: StateDir) -> anyhow::Result<()> {
+    loop {
+        if let Err(e) = record(&ctx, &state, false) {
+            tracing::warn!("cannot record the run in {}: {e:#}", state.0.display());
+        }
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_refuse_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir(dir.path().to_path_buf());
+        assert!(state.records().unwrap().is_empty(), "no driver ran yet");
+        let r = Record { run_id: "b1".into(), seed: 7, payload_size: 128, last_acked: 42, replicas: 3, finished: false, open_suspicions: vec![] };
+        state.write(&r).unwrap();
+        state.write(&Record { last_acked: 43, finished: true, ..r.clone() }).unwrap();
+        state.write(&Record { run_id: "a0".into(), ..r.clone() }).unwrap();
+        let got = state.records().unwrap();
+        assert_eq!(got.iter().map(|r| (r.run_id.as_str(), r.last_acked)).collect::<Vec<_>>(), [("a0", 42), ("b1", 43)]);
+        std::fs::write(dir.path().join("streams/c2.json"), "{\"run_id\": 1}").unwrap();
+        let err = state.records().unwrap_err().to_string();
+        assert!(err.contains("c2.json"), "{err}");
+    }
+}

@@ -1,0 +1,129 @@
+//! The per-replica look: each node's monitoring endpoint (`/jsz`) reports the state of the
+//! replica that node holds, which [`properties::replicas::judge`] compares with the
+//! leader's. Only the stream's current peer set is looked at, and only while the stream
+//! says every replica is current; nodes holding no replica are skipped.
+
+use crate::cluster::http_client;
+use properties::replicas::{judge, Agreement, ReplicaState};
+use properties::scale::StreamInfoView;
+use serde_json::Value;
+
+/// Asks the nodes; keeps each monitoring URL's server name once learnt.
+pub struct ReplicaProbe {
+    http: reqwest::Client,
+    urls: Vec<String>,
+    names: Vec<Option<String>>,
+}
+
+/// One comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReplicaLook {
+    /// The stream does not say every replica is current: nothing to compare yet.
+    NotSettled(String),
+    /// A node of the peer set did not answer.
+    Unobserved(String),
+    Compared { leader: ReplicaState, followers: Vec<ReplicaState>, agreement: Agreement },
+}
+
+impl ReplicaProbe {
+    pub fn new(monitor_urls: &[String]) -> Self {
+        Self { http: http_client(), urls: monitor_urls.to_vec(), names: vec![None; monitor_urls.len()] }
+    }
+
+    /// Whether there is anything to ask (no monitoring URLs: the check cannot run).
+    pub fn enabled(&self) -> bool {
+        !self.urls.is_empty()
+    }
+
+    /// Compares every current replica of `stream` with its leader, as `info` (the leader's
+    /// STREAM.INFO) lists them. `at_rest`: nothing writes to the stream any more.
+    pub async fn compare(&mut self, stream: &str, info: &StreamInfoView, at_rest: bool) -> ReplicaLook {
+        let Some(cluster) = &info.cluster else { return ReplicaLook::NotSettled("no cluster information".into()) };
+        let leader = cluster.leader.clone().unwrap_or_default();
+        if leader.is_empty() {
+            return ReplicaLook::NotSettled("no leader".into());
+        }
+        if cluster.desired.is_some() {
+            return ReplicaLook::NotSettled("desired-state change pending".into());
+        }
+        if let Some(r) = cluster.replicas.iter().find(|r| !r.current || r.offline) {
+            return ReplicaLook::NotSettled(format!("replica {} not current", r.name));
+        }
+        let peers: Vec<&str> = std::iter::once(leader.as_str()).chain(cluster.replicas.iter().map(|r| r.name.as_str())).collect();
+        let mut states = Vec::new();
+        for peer in &peers {
+            match self.state_on(peer, stream).await {
+                Ok(Some(s)) => states.push(s),
+                Ok(None) => return ReplicaLook::Unobserved(format!("{peer} holds no replica of {stream} although the leader lists it")),
+                Err(e) => return ReplicaLook::Unobserved(e),
+            }
+        }
+        let leader = states.remove(0);
+        let agreement = judge(&leader, &states, at_rest);
+        ReplicaLook::Compared { leader, followers: states, agreement }
+    }
+
+    /// The state of `stream`'s replica on the node named `name`.
+    async fn state_on(&mut self, name: &str, stream: &str) -> Result<Option<ReplicaState>, String> {
+        let i = self.index_of(name).await?;
+        let url = format!("{}/jsz?accounts=true&streams=true", self.urls[i]);
+        let jsz = self.get(&url).await?;
+        Ok(replica_in(&jsz, name, stream))
+    }
+
+    /// The monitoring URL of the node named `name` (asks each unnamed node's /varz).
+    async fn index_of(&mut self, name: &str) -> Result<usize, String> {
+        for i in 0..self.urls.len() {
+            if self.names[i].is_none() {
+                if let Ok(varz) = self.get(&format!("{}/varz", self.urls[i])).await {
+                    self.names[i] = varz["server_name"].as_str().map(str::to_string);
+                }
+            }
+            if self.names[i].as_deref() == Some(name) {
+                return Ok(i);
+            }
+        }
+        Err(format!("no monitoring endpoint answers as {name}"))
+    }
+
+    async fn get(&self, url: &str) -> Result<Value, String> {
+        let reply = self.http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
+        let body = reply.bytes().await.map_err(|e| format!("{url}: {e}"))?;
+        serde_json::from_slice(&body).map_err(|e| format!("{url}: {e}"))
+    }
+}
+
+/// The replica of `stream` in one node's `/jsz?accounts=true&streams=true` answer.
+pub fn replica_in(jsz: &Value, node: &str, stream: &str) -> Option<ReplicaState> {
+    let accounts = jsz["account_details"].as_array()?;
+    let detail = accounts.iter().flat_map(|a| a["stream_detail"].as_array().into_iter().flatten()).find(|s| s["name"] == stream)?;
+    let st = &detail["state"];
+    let n = |k: &str| st[k].as_u64().unwrap_or(0);
+    Some(ReplicaState {
+        node: node.to_string(),
+        first_seq: n("first_seq"),
+        last_seq: n("last_seq"),
+        messages: n("messages"),
+        num_deleted: n("num_deleted"),
+        bytes: n("bytes"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recorded from a 2.15.1 node (trimmed).
+    #[test]
+    fn reads_a_nodes_own_replica_from_jsz() {
+        let jsz: Value = serde_json::from_str(r#"{"server_id":"N1","account_details":[{"name":"$G","stream_detail":[
+            {"name":"OTHER","state":{"messages":1,"first_seq":1,"last_seq":1}},
+            {"name":"WORKLOAD_x","cluster":{"leader":"n2","replicas":[{"name":"n2","current":true}]},
+             "state":{"messages":125715,"bytes":44658040,"first_seq":1,"last_seq":125716,"num_deleted":1,"num_subjects":1}}]}]}"#).unwrap();
+        let r = replica_in(&jsz, "n1", "WORKLOAD_x").unwrap();
+        assert_eq!((r.first_seq, r.last_seq, r.messages, r.num_deleted, r.bytes), (1, 125716, 125715, 1, 44658040));
+        assert_eq!(r.node, "n1");
+        assert_eq!(replica_in(&jsz, "n1", "WORKLOAD_y"), None, "no replica held here");
+        assert_eq!(replica_in(&serde_json::json!({}), "n1", "WORKLOAD_x"), None);
+    }
+}

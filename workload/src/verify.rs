@@ -1,0 +1,165 @@
+//! Reaching a cluster, and the final verification of a stream with faults paused.
+//!
+//! First contact (a run's setup, the composer entrypoint) is not a liveness question: a
+//! cluster that cannot be reached or made ready within a liveness window means the run
+//! could not be carried out, and the error names the addresses and the last answer. Once a
+//! cluster was reached, failing to get back to it is `cluster-eventually-healthy` failing.
+
+use crate::cluster::{http_client, unhealthy};
+use crate::drivers::monitor::{judge_replicas_at_rest, judge_stream};
+use crate::drivers::{reader, scaler};
+use crate::jsapi;
+use crate::sdk;
+use crate::state::{Ctx, Stats, Suspect};
+use properties::{Outcome, Property};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// First contact: within a liveness window each, a connection to the servers and every
+/// node's full `/healthz`. The error says what could not be reached and why.
+pub async fn first_contact(ctx: &Ctx) -> Result<async_nats::Client, String> {
+    let servers = ctx.cluster.servers.join(",");
+    let window = ctx.cfg.liveness.window;
+    // Without retry_on_initial_connect a failed attempt says why (refused, no route, ...).
+    let probe = || async {
+        async_nats::ConnectOptions::new()
+            .ignore_discovered_servers()
+            .connection_timeout(ctx.api_timeout())
+            .connect(ctx.cluster.servers.clone())
+            .await
+    };
+    ctx.live
+        .attempt("connect", &ctx.cancel, probe)
+        .await
+        .map_err(|e| format!("cannot reach the cluster at {servers} within {window:?}: {e}"))?;
+    let http = http_client();
+    let healthy = || async {
+        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
+        if sick.is_empty() { Ok(()) } else { Err(sick.join(", ")) }
+    };
+    ctx.live
+        .attempt("cluster health", &ctx.cancel, healthy)
+        .await
+        .map_err(|e| format!("the nodes at {servers} were not all healthy within {window:?}: {e}"))?;
+    ctx.connect("setup").await.map_err(|e| e.to_string())
+}
+
+/// Every known node answers `/healthz` with 200 again, within a liveness window (reported
+/// as `cluster-eventually-healthy`).
+pub async fn recovered(ctx: &Ctx, cancel: &CancellationToken) -> bool {
+    let http = http_client();
+    let check = || async {
+        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
+        if sick.is_empty() { Ok(()) } else { Err(format!("not healthy: {}", sick.join(", "))) }
+    };
+    ctx.live.retry("cluster health", Property::ClusterEventuallyHealthy, cancel, check).await.is_some()
+}
+
+/// What the final verification of one stream found.
+#[derive(Clone, Debug, Serialize)]
+pub struct FinalCheck {
+    pub last_acked: u64,
+    pub healthy: bool,
+    /// The stream exists and covers every ack (and has none purged, deleted or lost).
+    pub stream: Outcome,
+    /// Every acknowledged message read back with its content.
+    pub read: Outcome,
+    pub verified: u64,
+    pub read_s: f64,
+    pub read_per_s: f64,
+    /// Every current replica equal to the leader; absent when no monitoring endpoints.
+    pub replicas: Option<Outcome>,
+}
+
+/// The final verification of `ctx`'s stream could not be done at all: every safety
+/// question it answers is unknown.
+pub fn unanswered(ctx: &Ctx, why: &str) -> FinalCheck {
+    let details = json!({ "stream": ctx.stream, "problem": format!("final verification: {why}") });
+    for p in [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost, Property::ReplicasAgree] {
+        sdk::unknown(p, &details);
+    }
+    FinalCheck::unknown(Stats::get(&ctx.stats.last_acked_seq))
+}
+
+impl FinalCheck {
+    fn unknown(last_acked: u64) -> Self {
+        let u = Outcome::Unknown;
+        FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u) }
+    }
+
+    /// The answer to a suspicion left open when the drivers stopped.
+    fn answers(&self, what: Suspect) -> (&'static str, Outcome) {
+        match what {
+            Suspect::StreamMissing | Suspect::StreamShort | Suspect::AckedSequencesMissing | Suspect::PublishStreamBehind => {
+                ("final stream state", self.stream)
+            }
+            Suspect::ReadMissing => ("final read", self.read),
+            Suspect::ReplicasDisagree => ("final replica comparison", self.replicas.unwrap_or(Outcome::Unknown)),
+        }
+    }
+
+    /// Suspicions open when the drivers stopped, each with the final check that answered it.
+    pub fn answer(&self, open: BTreeMap<Suspect, Value>) -> Vec<Value> {
+        open.into_iter()
+            .map(|(what, details)| {
+                let (by, outcome) = self.answers(what);
+                json!({ "what": what, "details": details, "answered_by": by, "answer": outcome })
+            })
+            .collect()
+    }
+}
+
+/// With faults paused: the cluster heals, the stream still covers every ack, the last
+/// requested replica count settles (when `settle`: nobody scales it any more), a full read
+/// verifies 1 ..= last ack, and every replica equals the leader. Every question ends held,
+/// failed or unknown; an unknown is reported as such, never as held.
+pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool) -> FinalCheck {
+    let cancel = CancellationToken::new();
+    let last_acked = Stats::get(&ctx.stats.last_acked_seq);
+    tracing::info!(last_acked, "final verification");
+    ctx.live.quiet.request(ctx.cfg.liveness.window, "final verification");
+    let ctx = ctx.with_cancel(&cancel, true);
+    if !recovered(&ctx, &cancel).await {
+        return unanswered(&ctx, "the cluster never became healthy");
+    }
+    let Ok(client) = ctx.connect("final").await else { return unanswered(&ctx, "no connection") };
+    let mut check = FinalCheck { healthy: true, stream: judge_stream(&ctx, &client, last_acked, &cancel).await, ..FinalCheck::unknown(last_acked) };
+    if check.stream == Outcome::Failed && stream_gone(&ctx, &client).await {
+        sdk::check(Property::AckedMessageNeverLost, false, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked,
+            "observed_by": "final verification: the stream no longer exists, so no acknowledged message can be read back" }));
+        check.read = Outcome::Failed;
+        check.replicas = None;
+        return check;
+    }
+    if settle && ctx.cfg.scale.enabled && ctx.cluster.size > 1 {
+        let replicas = Stats::get(&ctx.stats.replicas) as usize;
+        scaler::wait_settled(&ctx, &client, replicas).await;
+    }
+    let started = Instant::now();
+    let next = reader::read(&ctx, reader::Until::Seq(last_acked), &ctx.stats.final_verified).await.unwrap_or(0);
+    check.verified = Stats::get(&ctx.stats.final_verified);
+    check.read_s = started.elapsed().as_secs_f64();
+    check.read_per_s = check.verified as f64 / check.read_s.max(1e-9);
+    check.read = if next <= last_acked {
+        sdk::unknown(Property::AckedMessageNeverLost, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked, "read_up_to": next.saturating_sub(1),
+            "problem": "the final read could not reach the last ack within a liveness window without progress" }));
+        Outcome::Unknown
+    } else if check.verified >= last_acked {
+        sdk::hold(Property::AckedMessageNeverLost); // every ack read back, verified
+        Outcome::Held
+    } else {
+        Outcome::Failed // the missing ones were judged (and reported) as they were skipped
+    };
+    check.replicas = judge_replicas_at_rest(&ctx, &client, &cancel).await;
+    tracing::info!(?check, "final verification done");
+    check
+}
+
+/// Whether STREAM.INFO says the stream does not exist (now, after a confirmed report).
+async fn stream_gone(ctx: &Ctx, client: &async_nats::Client) -> bool {
+    matches!(jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await, Err(e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND))
+}
