@@ -53,3 +53,19 @@ fn local_stops_on_sigint_verifies_reports_and_cleans_up() {
     let leftover = String::from_utf8_lossy(&ps.stdout).lines().filter(|l| l.contains(dir.path().to_str().unwrap())).count();
     assert_eq!(leftover, 0, "nats-server processes left behind");
 }
+
+#[test]
+fn an_unreachable_cluster_ends_the_run_with_exit_3_naming_the_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = workload()
+        .args(["run", "--servers", "nats://127.0.0.1:1", "--duration", "5s", "--liveness-window", "5s", "--liveness-quiet", "2s", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "bounded by the liveness window");
+    assert!(stderr.contains("cannot reach the cluster at nats://127.0.0.1:1"), "{stderr}");
+    assert!(stderr.contains("refused"), "the last error is named: {stderr}");
+}

@@ -135,42 +135,108 @@ async fn a_message_the_reader_is_not_given_fails_read_sequence_gap_free() {
     assert_eq!(done.property("read-sequence-gap-free")["first_failure"]["first_missing_in_stream"], true);
 }
 
+/// A message deleted a moment before the run is stopped: the monitor's look has seen it
+/// (pending) but not for the whole confirmation hold when the drivers stop. The suspicion
+/// must not vanish: the final verification answers it, and the report says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_suspicion_open_when_the_run_stops_is_answered_by_the_final_verification() {
+    let h = Harness::start("pending").await;
+    let child = h.spawn("10m", &[]);
+    let client = h.client().await;
+    h.wait_for_messages(&client, 2000).await;
+    api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": 1000 })).await;
+    // The monitor looks every 2 s and confirms over 3 s with three looks: by now it has
+    // seen the hole at least once, and cannot have confirmed it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("acked-message-never-lost", &["stream-state-covers-acks"]);
+    let open = done.report["suspicions_at_stop"].as_array().unwrap();
+    let hole = open.iter().find(|s| s["what"] == "acked-sequences-missing").unwrap_or_else(|| panic!("{open:?}"));
+    assert_eq!(hole["answered_by"], "final stream state");
+    assert_eq!(hole["answer"], "failed", "{hole}");
+}
+
+/// Runs `workload composer <name>` against `h`'s cluster with the shared state dir; returns
+/// the ids that failed and the report. Composer commands exit 0 even when a property fails.
+fn composer_step(h: &Harness, name: &str, extra: &[&str]) -> (Vec<String>, serde_json::Value) {
+    let state = h.dir.path().join("state");
+    let out = h.dir.path().join(name);
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
+        .args(["composer", name, "--servers", &h.cluster.client_urls().join(",")])
+        .args(["--monitor", &h.cluster.monitor_urls().join(",")])
+        .args(["--liveness-window", "20s", "--liveness-quiet", "3s"])
+        .arg("--state")
+        .arg(&state)
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "composer {name} exits 0 even when a property fails: {log}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let failed: Vec<String> = report["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+    (failed, report)
+}
+
 /// The Test Composer path: a driver records what it acknowledged; one of those messages is
 /// deleted after the driver has ended. anytime_ and finally_ must each fail
 /// acked-message-never-lost (and still exit 0: a failure is an assertion, not an exit code).
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_recorded_message_fails_the_composer_checks() {
     let h = Harness::start("composer").await;
-    let state = h.dir.path().join("state");
-    let step = |name: &str, extra: &[&str]| {
-        let out = h.dir.path().join(name);
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
-            .args(["composer", name, "--servers", &h.cluster.client_urls().join(",")])
-            .args(["--monitor", &h.cluster.monitor_urls().join(",")])
-            .args(["--liveness-window", "20s", "--liveness-quiet", "3s"])
-            .arg("--state")
-            .arg(&state)
-            .arg("--out")
-            .arg(&out)
-            .args(extra)
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "composer {name} exits 0 even when a property fails: {log}");
-        let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-        let failed: Vec<String> = report["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
-        (failed, report)
-    };
-    let (failed, driver) = step("driver", &["--duration", "6s", "--run-id", &h.run_id]);
+    let (failed, driver) = composer_step(&h, "driver", &["--duration", "6s", "--run-id", &h.run_id]);
     assert!(failed.is_empty(), "{driver}");
     assert!(driver["counters"]["last_acked_seq"].as_u64().unwrap() > 500, "{driver}");
     let client = h.client().await;
     api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": 500 })).await;
 
     for name in ["anytime", "finally"] {
-        let (failed, report) = step(name, &[]);
+        let (failed, report) = composer_step(&h, name, &[]);
         assert!(failed.contains(&"acked-message-never-lost".to_string()), "{name}: {report}");
         let allowed = ["acked-message-never-lost", "stream-state-covers-acks"];
         assert!(failed.iter().all(|f| allowed.contains(&f.as_str())), "{name}: {failed:?}");
     }
+}
+
+/// One flipped byte in the last message block of an R1 stream, on its only node while that
+/// node is down: on restart the server drops the block's tail, so the stream ends before
+/// the last acknowledged message (nats-server #7549's kind of loss). The final verification
+/// must call that lost data (a safety failure), not a reader that is merely slow.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
+    let mut h = Harness::start("tail").await;
+    let cfg = h.dir.path().join("r1.toml");
+    std::fs::write(&cfg, "[stream]\ninitial_replicas = 1\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (failed, driver) = composer_step(&h, "driver", &["--duration", "6s", "--run-id", &h.run_id, "--scale", "false", "--config", cfg]);
+    assert!(failed.is_empty(), "{driver}");
+    let last_acked = driver["counters"]["last_acked_seq"].as_u64().unwrap();
+    let client = h.client().await;
+    let info = jsapi::stream_info(&client, &h.stream, T).await.unwrap();
+    let node = info.view.cluster.and_then(|c| c.leader).unwrap();
+    let i = h.cluster.nodes.iter().position(|n| n.name == node).unwrap();
+    h.cluster.nodes[i].kill();
+    let blocks = h.dir.path().join("cluster").join(&node).join("jetstream/jetstream/$G/streams").join(&h.stream).join("msgs");
+    let last_block = std::fs::read_dir(&blocks).unwrap().map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "blk"))
+        .max_by_key(|p| p.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok()))
+        .unwrap();
+    let mut bytes = std::fs::read(&last_block).unwrap();
+    let at = bytes.len() * 3 / 4;
+    bytes[at] ^= 0x01;
+    std::fs::write(&last_block, bytes).unwrap();
+    let bin = h.cluster.server_bin.clone();
+    h.cluster.nodes[i].start(&bin).unwrap();
+    h.cluster.wait_healthy(Duration::from_secs(60)).await.unwrap();
+    let now = jsapi::stream_info(&client, &h.stream, T).await.unwrap();
+    assert!(now.view.state.last_seq < last_acked, "the server kept the tail: {:?} vs {last_acked}", now.view.state);
+
+    let (failed, report) = composer_step(&h, "finally", &["--config", cfg]);
+    assert!(failed.contains(&"acked-message-never-lost".to_string()), "{report}");
+    let allowed = ["acked-message-never-lost", "stream-state-covers-acks"];
+    assert!(failed.iter().all(|f| allowed.contains(&f.as_str())), "{failed:?}: {report}");
+    assert_eq!(report["verdict"], "fail");
+    assert_eq!(report["streams"][0]["check"]["read"], "failed", "{report}");
 }

@@ -3,6 +3,7 @@
 //! `$ANTITHESIS_STOP_FAULTS` pauses Antithesis).
 
 pub mod docker;
+pub mod forge;
 pub mod injector;
 pub mod proxy;
 pub mod quiet;

@@ -67,9 +67,14 @@ impl Harness {
 
     /// Starts `workload run` against this cluster with short liveness windows.
     pub fn spawn(&self, duration: &str, extra: &[&str]) -> Child {
+        self.spawn_via(&self.cluster.client_urls(), duration, extra)
+    }
+
+    /// [`Harness::spawn`] with the clients connecting to `servers` (e.g. a forging link).
+    pub fn spawn_via(&self, servers: &[String], duration: &str, extra: &[&str]) -> Child {
         let out = self.dir.path().join("out");
         Command::new(env!("CARGO_BIN_EXE_workload"))
-            .args(["run", "--servers", &self.cluster.client_urls().join(",")])
+            .args(["run", "--servers", &servers.join(",")])
             .args(["--monitor", &self.cluster.monitor_urls().join(",")])
             .args(["--run-id", &self.run_id, "--seed", "42", "--duration", duration])
             .args(["--liveness-window", "20s", "--liveness-quiet", "3s"])

@@ -1,0 +1,142 @@
+//! Defects no server action produces on demand, forged at the protocol level by the
+//! client-side proxy's test-only mode (`faults::forge`) between a real cluster and the real
+//! workload: each must fail exactly its property.
+
+mod common;
+
+use common::Harness;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use workload::faults::forge::Frame;
+use workload::faults::proxy::Link;
+
+const LIMIT: Duration = Duration::from_secs(150);
+
+fn with_payload(frame: Frame, payload: Vec<u8>) -> Frame {
+    match frame {
+        Frame::Msg { subject, sid, reply, headers, .. } => Frame::Msg { subject, sid, reply, headers, payload },
+        other => other,
+    }
+}
+
+/// A publish ack of `stream` that is not a duplicate: its sequence.
+fn fresh_ack(frame: &Frame, stream: &str) -> Option<u64> {
+    let Frame::Msg { payload, .. } = frame else { return None };
+    let ack: Value = serde_json::from_slice(payload).ok()?;
+    (ack["stream"] == stream && ack.get("duplicate").is_none()).then(|| ack["seq"].as_u64()).flatten()
+}
+
+/// Ack K cannot be parsed, so the publisher rewinds while K+1's ack is already on its way;
+/// that ack names sequence K+501. Only judging the replies of given-up sends can see it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_ack_arriving_after_a_rewind_fails_publish_ack_gap_free() {
+    let h = Harness::start("lateack").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    let mut broken: Option<u64> = None;
+    let mut done = false;
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        match (fresh_ack(&f, &stream), broken) {
+            (Some(seq), None) if seq >= 2000 => {
+                broken = Some(seq);
+                vec![with_payload(f, br#"{"stream":"#.to_vec())]
+            }
+            (Some(seq), Some(k)) if seq == k + 1 && !done => {
+                done = true;
+                vec![with_payload(f, json!({ "stream": stream, "seq": seq + 500 }).to_string().into_bytes())]
+            }
+            _ => vec![f],
+        }
+    })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--scale", "false"]), LIMIT);
+    done.assert_failed("publish-ack-gap-free", &[]);
+    let first = &done.property("publish-ack-gap-free")["first_failure"];
+    assert_eq!(first["observed_by"], "an ack that arrived after its send was given up by a rewind", "{first}");
+    assert_eq!(first["acked_seq"].as_u64(), first["index"].as_u64().map(|i| i + 500), "{first}");
+    assert!(done.counter("late_acks") >= 1);
+    assert_eq!(done.counter("ack_diverged_at"), 0, "a late ack does not move the ledger");
+}
+
+/// The (stream sequence, consumer, consumer sequence) of a JetStream delivery of `stream`,
+/// read from its ack subject (`$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>...`).
+fn delivery(frame: &Frame, stream: &str) -> Option<(u64, String, u64)> {
+    let Frame::Msg { reply: Some(reply), .. } = frame else { return None };
+    let tokens: Vec<&str> = reply.split('.').collect();
+    let at = tokens.iter().position(|t| *t == stream)?;
+    (tokens.first() == Some(&"$JS") && tokens.get(1) == Some(&"ACK")).then_some(())?;
+    Some((tokens.get(at + 3)?.parse().ok()?, tokens.get(at + 1)?.to_string(), tokens.get(at + 4)?.parse().ok()?))
+}
+
+/// The same frame with its ack subject naming consumer sequence `cseq`.
+fn with_consumer_seq(frame: &Frame, stream: &str, cseq: u64) -> Frame {
+    let mut f = frame.clone();
+    if let Frame::Msg { reply: Some(reply), .. } = &mut f {
+        let mut tokens: Vec<String> = reply.split('.').map(str::to_string).collect();
+        let at = tokens.iter().position(|t| t == stream).expect("a delivery of the stream");
+        tokens[at + 4] = cseq.to_string();
+        *reply = tokens.join(".");
+    }
+    f
+}
+
+/// An already delivered message is delivered again inside the same consumer, as its next
+/// consumer sequence: a server that goes back in the stream. Nothing about it is a new
+/// consumer, so it is an ordering violation, not the client restarting one.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_older_delivery_inside_one_consumer_fails_read_sequence_gap_free() {
+    let h = Harness::start("replay").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    let mut kept: Option<(Frame, u64, String)> = None;
+    let mut done = false;
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        let Some((sseq, consumer, cseq)) = delivery(&f, &stream).filter(|_| !done) else { return vec![f] };
+        match &kept {
+            Some((old, old_seq, c)) if *c == consumer && sseq >= old_seq + 200 => {
+                let replay = with_consumer_seq(old, &stream, cseq + 1);
+                done = true;
+                vec![f, replay]
+            }
+            Some((_, _, c)) if *c == consumer => vec![f],
+            _ => {
+                if sseq >= 1000 {
+                    kept = Some((f.clone(), sseq, consumer));
+                }
+                vec![f]
+            }
+        }
+    })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--scale", "false"]), LIMIT);
+    done.assert_failed("read-sequence-gap-free", &[]);
+    let first = &done.property("read-sequence-gap-free")["first_failure"];
+    assert_eq!(first["problem"], "an older stream sequence delivered again inside the same consumer", "{first}");
+}
+
+/// The server reports acknowledged message 1000 in its stream info's `state.lost` (what a
+/// store that found damaged blocks on recovery says; no server action here makes a 2.15.1
+/// node say it on demand, its damaged blocks show up as deletes instead). Every later
+/// answer says so, so the confirmation holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_reported_loss_of_an_acked_message_fails_acked_message_never_lost() {
+    let h = Harness::start("lost").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        let Frame::Msg { payload, .. } = &f else { return vec![f] };
+        let Ok(mut info) = serde_json::from_slice::<Value>(payload) else { return vec![f] };
+        let ours = info["type"] == "io.nats.jetstream.api.v1.stream_info_response" && info["config"]["name"] == stream;
+        if !ours || info["state"]["last_seq"].as_u64().unwrap_or(0) < 2000 {
+            return vec![f];
+        }
+        info["state"]["lost"] = json!({ "msgs": [1000], "bytes": 300 });
+        vec![with_payload(f, info.to_string().into_bytes())]
+    })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--scale", "false"]), LIMIT);
+    done.assert_failed("acked-message-never-lost", &[]);
+    let first = &done.property("acked-message-never-lost")["first_failure"];
+    assert_eq!(first["reported_lost_by_server"], json!([1000]), "{first}");
+}

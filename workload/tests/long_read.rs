@@ -1,0 +1,70 @@
+//! A final read many liveness windows long must pass: catch-up windows measure time
+//! without progress, not total time. (Before, the whole read had to fit in one window, so
+//! a correct server failed `consumer-eventually-catches-up` past ~13 M messages at the
+//! default 120 s window: inside the advertised 8-hour soak.)
+
+mod common;
+
+use bytes::Bytes;
+use common::Harness;
+use properties::payload::{checksum, RunMessages};
+use std::collections::VecDeque;
+use std::time::Duration;
+use workload::jsapi;
+use workload::records::{Record, StateDir};
+
+const WINDOW_S: f64 = 2.0;
+const MESSAGES: u64 = 450_000;
+const PAYLOAD: usize = 16;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_final_read_many_windows_long_passes() {
+    let h = Harness::start("longread").await;
+    let client = h.client().await;
+    // The run's stream, in memory so the test fills it fast, with exactly the messages the
+    // workload would have published and been acknowledged for.
+    let mut config = jsapi::stream_config(&h.stream, &h.subject, 1, Duration::from_secs(300));
+    config["storage"] = "memory".into();
+    jsapi::create_stream(&client, &config, Duration::from_secs(5)).await.unwrap();
+    let run = RunMessages::new(&h.run_id, 42, PAYLOAD);
+    let js = h.jetstream(&client);
+    let mut acks = VecDeque::new();
+    for i in 1..=MESSAGES {
+        let payload = run.payload(i);
+        let msg = async_nats::jetstream::message::PublishMessage::build()
+            .message_id(run.msg_id(i))
+            .header(properties::payload::CHECKSUM_HEADER, checksum(&payload).as_str())
+            .payload(Bytes::from(payload));
+        acks.push_back(js.send_publish(h.subject.clone(), msg).await.unwrap());
+        if acks.len() >= 2048 {
+            assert_eq!(acks.pop_front().unwrap().await.unwrap().sequence, i - 2047);
+        }
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+    let state = h.dir.path().join("state");
+    StateDir(state.clone())
+        .write(&Record { run_id: h.run_id.clone(), seed: 42, payload_size: PAYLOAD, last_acked: MESSAGES, replicas: 1, finished: true, open_suspicions: vec![] })
+        .unwrap();
+
+    let out = h.dir.path().join("finally");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
+        .args(["composer", "finally", "--servers", &h.cluster.client_urls().join(",")])
+        .args(["--monitor", &h.cluster.monitor_urls().join(",")])
+        .args(["--scale", "false", "--liveness-window", "2s", "--liveness-quiet", "1s"])
+        .arg("--state")
+        .arg(&state)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let check = &report["streams"][0]["check"];
+    assert_eq!(report["verdict"], "pass", "{report}");
+    assert_eq!(check["read"], "held", "{check}");
+    assert_eq!(check["verified"], MESSAGES, "{check}");
+    let read_s = check["read_s"].as_f64().unwrap();
+    assert!(read_s > 3.0 * WINDOW_S, "the read must outlast several windows to prove anything: {read_s} s");
+}
