@@ -157,6 +157,38 @@ async fn a_suspicion_open_when_the_run_stops_is_answered_by_the_final_verificati
     assert_eq!(hole["answer"], "failed", "{hole}");
 }
 
+/// A follower, while down, gets one flipped byte in its first message block and loses its
+/// index file (as a crash between a block write and the index write leaves it). On restart
+/// it rebuilds, drops the rest of that block as deleted, and stays current in the leader's
+/// eyes: 2.15.1 never repairs it. Every leader-only check is blind to that; comparing each
+/// replica's own state with the leader's is not.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_silently_missing_messages_fails_replicas_agree() {
+    let mut h = Harness::start("diverged").await;
+    let child = h.spawn("30s", &["--scale", "false", "--payload-size", "1024"]);
+    let client = h.client().await;
+    h.wait_for_messages(&client, 20_000).await; // more than one 8 MB block
+    let info = jsapi::stream_info(&client, &h.stream, T).await.unwrap();
+    let follower = info.view.cluster.unwrap().replicas[0].name.clone();
+    let i = h.cluster.nodes.iter().position(|n| n.name == follower).unwrap();
+    h.cluster.nodes[i].kill();
+    let msgs = h.dir.path().join("cluster").join(&follower).join("jetstream/jetstream/$G/streams").join(&h.stream).join("msgs");
+    let first_block = msgs.join("1.blk");
+    let mut bytes = std::fs::read(&first_block).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    std::fs::write(&first_block, bytes).unwrap();
+    let _ = std::fs::remove_file(msgs.join("index.db"));
+    let bin = h.cluster.server_bin.clone();
+    h.cluster.nodes[i].start(&bin).unwrap();
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("replicas-agree", &[]);
+    let first = &done.property("replicas-agree")["first_failure"];
+    assert_eq!(first["replica"]["node"], follower.as_str(), "{first}");
+    assert!(first["replica"]["num_deleted"].as_u64().unwrap() > 0, "{first}");
+    assert_eq!(done.report["final_check"]["replicas"], "failed", "also at rest, at the end");
+}
+
 /// Runs `workload composer <name>` against `h`'s cluster with the shared state dir; returns
 /// the ids that failed and the report. Composer commands exit 0 even when a property fails.
 fn composer_step(h: &Harness, name: &str, extra: &[&str]) -> (Vec<String>, serde_json::Value) {
