@@ -9,7 +9,7 @@ use crate::drivers::monitor::judge_stream;
 use crate::faults::QuietRequests;
 use crate::records::{Record, StateDir};
 use crate::sdk;
-use crate::state::{ClusterAddr, Ctx, Stats};
+use crate::state::{ClusterAddr, Ctx};
 use crate::verify::{self, first_contact, recovered};
 use properties::payload::RunMessages;
 use serde_json::{json, Value};
@@ -71,7 +71,6 @@ pub async fn verify(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop:
             "driver_finished": r.finished,
             "check": check,
             "suspicions_left_by_driver": check.answer(open),
-            "final_verified": Stats::get(&ctx.stats.final_verified),
         }));
     }
     Ok(summaries)

@@ -95,3 +95,26 @@ pub fn print(report: &Value) {
     }
     println!("verdict: {}", report["verdict"].as_str().unwrap_or("?"));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(held: u64, failed: u64, unknown: u64) -> sdk::Counts {
+        sdk::Counts { held, failed, unknown, first_failure: None, first_unknown: None }
+    }
+
+    #[test]
+    fn an_unanswered_question_is_unknown_never_passed() {
+        let safety = Property::AckedMessageNeverLost;
+        assert_eq!(status(safety, &counts(10, 0, 0)), "passed");
+        assert_eq!(status(safety, &counts(10, 0, 1)), "unknown", "held elsewhere does not answer it");
+        assert_eq!(status(safety, &counts(10, 1, 1)), "failed");
+        assert_eq!(status(Property::ConsumerRecreated, &counts(0, 0, 0)), "not-reached");
+        let p = Property::ReplicasAgree;
+        assert_eq!(verdict(&[(safety, "passed"), (p, "not-reached")]), "pass");
+        assert_eq!(verdict(&[(safety, "unknown"), (p, "passed")]), "unknown");
+        assert_eq!(verdict(&[(safety, "unknown"), (p, "failed")]), "fail");
+        assert_eq!(verdict(&[(safety, "passed"), (Property::ConsumerRecreated, "unknown")]), "pass", "coverage decides nothing");
+    }
+}

@@ -201,9 +201,9 @@ fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through
     let (ok, out) = composer("anytime_finished_streams_intact.sh", &[]);
     assert!(ok, "anytime_ exits 0:\n{out}");
     let report: Value = serde_json::from_str(&in_container("cat /state/runs/anytime-*/report.json")).unwrap();
-    let looks: Vec<&str> = report["streams"].as_array().unwrap().iter().map(|s| s["look"].as_str().unwrap()).collect();
+    let looks: Vec<&str> = report["streams"].as_array().unwrap().iter().map(|s| s["stream_state"].as_str().unwrap()).collect();
     assert_eq!(looks.len(), 2, "both finished streams looked at: {looks:?}");
-    assert!(looks.contains(&"Whole") && looks.iter().all(|l| ["Whole", "Unobserved"].contains(l)), "{looks:?}");
+    assert!(looks.contains(&"held") && looks.iter().all(|l| ["held", "unknown"].contains(l)), "{looks:?}");
     let (ok, out) = composer("eventually_acked_messages_readable.sh", &[]);
     assert!(ok, "eventually_ exits 0:\n{out}");
     let (ok, out) = composer("finally_verify_everything.sh", &[]);
@@ -213,10 +213,14 @@ fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through
     let streams = report["streams"].as_array().unwrap();
     assert_eq!(streams.len(), 2, "one recorded stream per driver: {streams:?}");
     for s in streams {
-        assert!(s["last_acked"].as_u64().unwrap() > 0, "{s}");
-        assert_eq!(s["verified"], s["last_acked"], "every acknowledged message read back: {s}");
+        let check = &s["check"];
+        assert!(check["last_acked"].as_u64().unwrap() > 0, "{s}");
+        assert_eq!(check["verified"], check["last_acked"], "every acknowledged message read back: {s}");
+        assert_eq!(check["read"], "held", "{s}");
+        assert_eq!(check["replicas"], "held", "every replica equals the leader: {s}");
         assert_eq!(s["driver_finished"], true);
     }
+    assert_eq!(report["verdict"], "pass", "{report}");
     let sdk = in_container("cat /state/runs/*/sdk.jsonl");
     assert_eq!(sdk.matches("\"antithesis_setup\"").count(), 1, "setup_complete exactly once");
     assert!(sdk.contains("\"assert_type\":\"always\",\"condition\":true"), "always assertions were evaluated");

@@ -189,43 +189,20 @@ async fn a_follower_silently_missing_messages_fails_replicas_agree() {
     assert_eq!(done.report["final_check"]["replicas"], "failed", "also at rest, at the end");
 }
 
-/// Runs `workload composer <name>` against `h`'s cluster with the shared state dir; returns
-/// the ids that failed and the report. Composer commands exit 0 even when a property fails.
-fn composer_step(h: &Harness, name: &str, extra: &[&str]) -> (Vec<String>, serde_json::Value) {
-    let state = h.dir.path().join("state");
-    let out = h.dir.path().join(name);
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
-        .args(["composer", name, "--servers", &h.cluster.client_urls().join(",")])
-        .args(["--monitor", &h.cluster.monitor_urls().join(",")])
-        .args(["--liveness-window", "20s", "--liveness-quiet", "3s"])
-        .arg("--state")
-        .arg(&state)
-        .arg("--out")
-        .arg(&out)
-        .args(extra)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success(), "composer {name} exits 0 even when a property fails: {log}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    let failed: Vec<String> = report["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
-    (failed, report)
-}
-
 /// The Test Composer path: a driver records what it acknowledged; one of those messages is
 /// deleted after the driver has ended. anytime_ and finally_ must each fail
 /// acked-message-never-lost (and still exit 0: a failure is an assertion, not an exit code).
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_recorded_message_fails_the_composer_checks() {
     let h = Harness::start("composer").await;
-    let (failed, driver) = composer_step(&h, "driver", &["--duration", "6s", "--run-id", &h.run_id]);
+    let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id]);
     assert!(failed.is_empty(), "{driver}");
     assert!(driver["counters"]["last_acked_seq"].as_u64().unwrap() > 500, "{driver}");
     let client = h.client().await;
     api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": 500 })).await;
 
     for name in ["anytime", "finally"] {
-        let (failed, report) = composer_step(&h, name, &[]);
+        let (failed, report) = h.composer(name, &[]);
         assert!(failed.contains(&"acked-message-never-lost".to_string()), "{name}: {report}");
         let allowed = ["acked-message-never-lost", "stream-state-covers-acks"];
         assert!(failed.iter().all(|f| allowed.contains(&f.as_str())), "{name}: {failed:?}");
@@ -242,7 +219,7 @@ async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
     let cfg = h.dir.path().join("r1.toml");
     std::fs::write(&cfg, "[stream]\ninitial_replicas = 1\n").unwrap();
     let cfg = cfg.to_str().unwrap();
-    let (failed, driver) = composer_step(&h, "driver", &["--duration", "6s", "--run-id", &h.run_id, "--scale", "false", "--config", cfg]);
+    let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--scale", "false", "--config", cfg]);
     assert!(failed.is_empty(), "{driver}");
     let last_acked = driver["counters"]["last_acked_seq"].as_u64().unwrap();
     let client = h.client().await;
@@ -265,7 +242,7 @@ async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
     let now = jsapi::stream_info(&client, &h.stream, T).await.unwrap();
     assert!(now.view.state.last_seq < last_acked, "the server kept the tail: {:?} vs {last_acked}", now.view.state);
 
-    let (failed, report) = composer_step(&h, "finally", &["--config", cfg]);
+    let (failed, report) = h.composer("finally", &["--config", cfg]);
     assert!(failed.contains(&"acked-message-never-lost".to_string()), "{report}");
     let allowed = ["acked-message-never-lost", "stream-state-covers-acks"];
     assert!(failed.iter().all(|f| allowed.contains(&f.as_str())), "{failed:?}: {report}");

@@ -43,24 +43,11 @@ async fn a_final_read_many_windows_long_passes() {
     for ack in acks {
         ack.await.unwrap();
     }
-    let state = h.dir.path().join("state");
-    StateDir(state.clone())
+    StateDir(h.dir.path().join("state"))
         .write(&Record { run_id: h.run_id.clone(), seed: 42, payload_size: PAYLOAD, last_acked: MESSAGES, replicas: 1, finished: true, open_suspicions: vec![] })
         .unwrap();
 
-    let out = h.dir.path().join("finally");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
-        .args(["composer", "finally", "--servers", &h.cluster.client_urls().join(",")])
-        .args(["--monitor", &h.cluster.monitor_urls().join(",")])
-        .args(["--scale", "false", "--liveness-window", "2s", "--liveness-quiet", "1s"])
-        .arg("--state")
-        .arg(&state)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let (_, report) = h.composer("finally", &["--scale", "false", "--liveness-window", "2s", "--liveness-quiet", "1s"]);
     let check = &report["streams"][0]["check"];
     assert_eq!(report["verdict"], "pass", "{report}");
     assert_eq!(check["read"], "held", "{check}");

@@ -88,6 +88,30 @@ impl Harness {
             .unwrap()
     }
 
+    /// Runs `workload composer <name>` against this cluster with the shared state dir `state/`
+    /// and short liveness windows (unless `extra` names its own); returns the ids that
+    /// failed and the report. Composer commands exit 0 even when a property fails.
+    pub fn composer(&self, name: &str, extra: &[&str]) -> (Vec<String>, Value) {
+        let out = self.dir.path().join(name);
+        let window: &[&str] = if extra.contains(&"--liveness-window") { &[] } else { &["--liveness-window", "20s", "--liveness-quiet", "3s"] };
+        let o = Command::new(env!("CARGO_BIN_EXE_workload"))
+            .args(["composer", name, "--servers", &self.cluster.client_urls().join(",")])
+            .args(["--monitor", &self.cluster.monitor_urls().join(",")])
+            .args(window)
+            .arg("--state")
+            .arg(self.dir.path().join("state"))
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "composer {name} exits 0 even when a property fails: {log}");
+        let report: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+        let failed = report["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+        (failed, report)
+    }
+
     /// Waits for the workload to exit (killing it after `limit`) and reads its report.
     pub fn finish(&self, mut child: Child, limit: Duration) -> Finished {
         let deadline = Instant::now() + limit;
