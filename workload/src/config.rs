@@ -5,6 +5,7 @@
 //! names the offending field.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -71,11 +72,27 @@ pub struct LivenessConfig {
     pub quiet: Duration,
 }
 
-/// The local fault injector (`workload local` only; Antithesis brings its own faults).
+/// The local fault injector (`workload local`, and `workload run --docker-faults`;
+/// Antithesis brings its own faults).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct FaultsConfig {
     pub enabled: bool,
+    /// The schedule in use: a name from `profiles` ("gentle" and "aggressive" are built in).
+    pub profile: String,
+    /// Delay added to each direction of a slowed link.
+    #[serde(with = "humantime_serde")]
+    pub latency: Duration,
+    /// Named schedules. A file that names any replaces this table, but the built-in ones
+    /// stay available under their names unless the file redefines them.
+    pub profiles: BTreeMap<String, Schedule>,
+}
+
+/// One fault schedule: when faults come, which, on whom, and how the scaler plays along.
+/// A field a user's profile leaves out takes the gentle profile's value.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Schedule {
     /// Fault types to draw from: kill, pause, restart, isolate, split, latency.
     pub kinds: Vec<FaultKind>,
     /// Fault-free stretch between two fault periods, drawn from [off_min, off_max].
@@ -93,11 +110,60 @@ pub struct FaultsConfig {
     pub fault_min: Duration,
     #[serde(with = "humantime_serde")]
     pub fault_max: Duration,
-    /// Delay added to each direction of a slowed link.
-    #[serde(with = "humantime_serde")]
-    pub latency: Duration,
     /// Nodes faulty at once; 0 means a minority ((nodes - 1) / 2, at least 1).
     pub max_faulty: usize,
+    /// Chance that a fault strikes a node whose role matters right now (the sole replica
+    /// of an R1 stream, the stream leader, a replica catching up, the meta leader, a
+    /// follower, in that order of weight) rather than any node.
+    pub target_bias: f64,
+    /// Chance that a scale request made during a fault period is followed at once by a
+    /// fault on the stream leader, a replica catching up or the sole replica.
+    pub align_probability: f64,
+    /// The scaler flips between one replica and the most it may use, instead of drawing
+    /// counts at random.
+    pub flip_replicas: bool,
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Self {
+            kinds: FaultKind::ALL.to_vec(),
+            off_min: Duration::from_secs(30),
+            off_max: Duration::from_secs(60),
+            on_min: Duration::from_secs(30),
+            on_max: Duration::from_secs(90),
+            fault_min: Duration::from_secs(3),
+            fault_max: Duration::from_secs(10),
+            max_faulty: 0,
+            target_bias: 0.5,
+            align_probability: 0.25,
+            flip_replicas: false,
+        }
+    }
+}
+
+impl Schedule {
+    /// Short fault-free stretches, long fault periods of back-to-back faults up to a
+    /// minority, strikes aimed at whoever matters, and R1 <-> R(max) flips.
+    fn aggressive() -> Self {
+        Self {
+            off_min: Duration::from_secs(5),
+            off_max: Duration::from_secs(15),
+            on_min: Duration::from_secs(60),
+            on_max: Duration::from_secs(120),
+            fault_min: Duration::from_secs(2),
+            fault_max: Duration::from_secs(8),
+            target_bias: 0.8,
+            align_probability: 0.6,
+            flip_replicas: true,
+            ..Self::default()
+        }
+    }
+
+    /// The schedules every configuration has.
+    pub fn built_in() -> BTreeMap<String, Schedule> {
+        BTreeMap::from([("gentle".to_string(), Schedule::default()), ("aggressive".to_string(), Schedule::aggressive())])
+    }
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -117,24 +183,30 @@ pub enum FaultKind {
     Latency,
 }
 
+impl FaultsConfig {
+    /// The schedule `profile` names: the file's, else a built-in one.
+    pub fn schedule(&self) -> Option<Schedule> {
+        self.profiles.get(&self.profile).cloned().or_else(|| Schedule::built_in().remove(&self.profile))
+    }
+}
+
+impl Schedule {
+    /// Nodes that may be faulty at once in a cluster of `n`.
+    pub fn max_faulty(&self, n: usize) -> usize {
+        match self.max_faulty {
+            0 => ((n.saturating_sub(1)) / 2).max(1),
+            m => m,
+        }
+    }
+}
+
 impl FaultKind {
     pub const ALL: [FaultKind; 6] = [Self::Kill, Self::Pause, Self::Restart, Self::Isolate, Self::Split, Self::Latency];
 }
 
 impl Default for FaultsConfig {
     fn default() -> Self {
-        Self {
-            enabled: true,
-            kinds: FaultKind::ALL.to_vec(),
-            off_min: Duration::from_secs(30),
-            off_max: Duration::from_secs(60),
-            on_min: Duration::from_secs(30),
-            on_max: Duration::from_secs(90),
-            fault_min: Duration::from_secs(3),
-            fault_max: Duration::from_secs(10),
-            latency: Duration::from_millis(200),
-            max_faulty: 0,
-        }
+        Self { enabled: true, profile: "gentle".into(), latency: Duration::from_millis(200), profiles: Schedule::built_in() }
     }
 }
 
@@ -205,12 +277,12 @@ impl Default for ReportConfig {
 #[derive(Debug, thiserror::Error)]
 #[error("invalid config: {field}: {reason}")]
 pub struct ConfigError {
-    pub field: &'static str,
+    pub field: String,
     pub reason: String,
 }
 
-fn bad(field: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError { field, reason: reason.into() }
+fn bad(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError { field: field.into(), reason: reason.into() }
 }
 
 impl Config {
@@ -266,26 +338,35 @@ impl Config {
                 return Err(bad(field, "must be within 0 ..= 1"));
             }
         }
-        let f = &self.faults;
-        for (field, lo, hi) in [
-            ("faults.off_min", f.off_min, f.off_max),
-            ("faults.on_min", f.on_min, f.on_max),
-            ("faults.fault_min", f.fault_min, f.fault_max),
-            ("composer.driver_min", self.composer.driver_min, self.composer.driver_max),
-        ] {
-            if lo > hi {
-                return Err(bad(field, "must not exceed its _max"));
+        if self.composer.driver_min > self.composer.driver_max {
+            return Err(bad("composer.driver_min", "must not exceed composer.driver_max"));
+        }
+        if self.faults.schedule().is_none() {
+            let known: Vec<String> = self.profiles().into_keys().collect();
+            return Err(bad("faults.profile", format!("no profile named {:?} (known: {})", self.faults.profile, known.join(", "))));
+        }
+        for (name, f) in &self.faults.profiles {
+            let field = |k: &str| format!("faults.profiles.{name}.{k}");
+            for (k, lo, hi) in [("off_min", f.off_min, f.off_max), ("on_min", f.on_min, f.on_max), ("fault_min", f.fault_min, f.fault_max)] {
+                if lo > hi {
+                    return Err(bad(field(k), "must not exceed its _max"));
+                }
             }
-        }
-        if f.enabled && f.kinds.is_empty() {
-            return Err(bad("faults.kinds", "must name at least one fault type when faults are enabled"));
-        }
-        if f.fault_min.is_zero() {
-            return Err(bad("faults.fault_min", "must be more than 0"));
-        }
-        if let Some(n) = cluster_size {
-            if f.max_faulty >= n && f.enabled {
-                return Err(bad("faults.max_faulty", format!("must be below the cluster size {n}")));
+            if f.kinds.is_empty() {
+                return Err(bad(field("kinds"), "must name at least one fault type"));
+            }
+            if f.fault_min.is_zero() {
+                return Err(bad(field("fault_min"), "must be more than 0"));
+            }
+            for (k, v) in [("target_bias", f.target_bias), ("align_probability", f.align_probability)] {
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(bad(field(k), "must be within 0 ..= 1"));
+                }
+            }
+            if let Some(n) = cluster_size {
+                if f.max_faulty >= n && self.faults.enabled {
+                    return Err(bad(field("max_faulty"), format!("must be below the cluster size {n}")));
+                }
             }
         }
         if self.report.progress_interval.is_zero() {
@@ -303,12 +384,16 @@ impl Config {
         }
     }
 
-    /// Nodes that may be faulty at once in a cluster of `n`.
-    pub fn max_faulty(&self, n: usize) -> usize {
-        match self.faults.max_faulty {
-            0 => ((n.saturating_sub(1)) / 2).max(1),
-            m => m,
-        }
+    /// Every schedule a profile name can pick: the built-in ones, and the file's.
+    fn profiles(&self) -> BTreeMap<String, Schedule> {
+        let mut all = Schedule::built_in();
+        all.extend(self.faults.profiles.clone());
+        all
+    }
+
+    /// The schedule `faults.profile` names (validated to exist).
+    pub fn schedule(&self) -> Schedule {
+        self.faults.schedule().unwrap_or_default()
     }
 
     pub fn window(&self) -> properties::liveness::WindowConfig {
@@ -343,5 +428,21 @@ mod tests {
         c.stream.duplicate_window = Duration::from_secs(60);
         assert_eq!(c.validate(None).unwrap_err().field, "stream.duplicate_window");
         assert!(toml::from_str::<Config>("[publish]\npayload = 3").is_err(), "unknown fields are refused");
+        let mut c = Config::default();
+        c.faults.profile = "wild".into();
+        assert_eq!(c.validate(None).unwrap_err().field, "faults.profile");
+    }
+
+    #[test]
+    fn a_file_adds_profiles_and_the_built_in_ones_stay() {
+        let c: Config = toml::from_str("[faults]\nprofile = \"mine\"\n[faults.profiles.mine]\noff_min = \"1s\"\noff_max = \"2s\"\n").unwrap();
+        c.validate(Some(3)).unwrap();
+        let mine = c.schedule();
+        assert_eq!(mine.off_max, Duration::from_secs(2));
+        assert_eq!(mine.kinds, FaultKind::ALL.to_vec(), "unset fields take the gentle profile's values");
+        let aggressive = Config { faults: FaultsConfig { profile: "aggressive".into(), ..c.faults.clone() }, ..c.clone() };
+        assert!(aggressive.schedule().flip_replicas, "built-in profiles stay available");
+        let bad: Config = toml::from_str("[faults.profiles.x]\nfault_min = \"9s\"\nfault_max = \"1s\"\n").unwrap();
+        assert_eq!(bad.validate(None).unwrap_err().field, "faults.profiles.x.fault_min");
     }
 }

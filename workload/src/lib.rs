@@ -13,3 +13,4 @@ pub mod run;
 pub mod sdk;
 pub mod state;
 pub mod verify;
+pub mod view;

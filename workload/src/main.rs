@@ -146,6 +146,10 @@ struct Common {
     /// Overrides faults.enabled (true/false; local runs only).
     #[arg(long, env = "WORKLOAD_FAULTS")]
     faults: Option<bool>,
+    /// Overrides faults.profile: the fault schedule by name (gentle, aggressive, or one of
+    /// the config file's).
+    #[arg(long, env = "WORKLOAD_FAULT_PROFILE")]
+    fault_profile: Option<String>,
 }
 
 const EXIT_PROPERTY_FAILED: u8 = 1;
@@ -307,6 +311,9 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     }
     if let Some(v) = c.faults {
         cfg.faults.enabled = v;
+    }
+    if let Some(v) = &c.fault_profile {
+        cfg.faults.profile.clone_from(v);
     }
 }
 

@@ -63,6 +63,16 @@ impl ReplicaProbe {
         ReplicaLook::Compared { leader, followers: states, agreement }
     }
 
+    /// The meta leader, as the first node that answers `/jsz` names it.
+    pub async fn meta_leader(&self) -> Option<String> {
+        for url in &self.urls {
+            if let Ok(jsz) = self.get(&format!("{url}/jsz")).await {
+                return jsz["meta_cluster"]["leader"].as_str().map(str::to_string);
+            }
+        }
+        None
+    }
+
     /// The state of `stream`'s replica on the node named `name`.
     async fn state_on(&mut self, name: &str, stream: &str) -> Result<Option<ReplicaState>, String> {
         let i = self.index_of(name).await?;

@@ -76,7 +76,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     }
     if let Some(injector) = spec.injector {
         // Joined with the drivers, so every fault is healed before the final verification.
-        tasks.spawn(injector.run(ctx.cancel.clone(), ctx.live.quiet.subscribe(), started));
+        tasks.spawn(injector.run(ctx.cancel.clone(), ctx.live.quiet.subscribe(), started, ctx.view.clone()));
     }
 
     tokio::select! {

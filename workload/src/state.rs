@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::faults::injector::FaultLog;
 use crate::faults::QuietRequests;
 use crate::retry::Liveness;
+use crate::view::ClusterView;
 use properties::payload::RunMessages;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -34,6 +35,8 @@ pub struct Ctx {
     pub cancel: CancellationToken,
     pub stats: Arc<Stats>,
     pub suspicions: Arc<Suspicions>,
+    /// Who does what in the cluster (the monitor keeps it; the fault injector reads it).
+    pub view: Arc<ClusterView>,
     /// The local injector's log, when one runs.
     pub faults: Option<Arc<FaultLog>>,
 }
@@ -58,6 +61,7 @@ impl Ctx {
             cancel,
             stats: Arc::default(),
             suspicions: Arc::default(),
+            view: Arc::default(),
             faults: None,
         }
     }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use workload::cluster::{find_server, http_client, unhealthy, LocalCluster};
 use workload::config::{Config, FaultKind};
 use workload::faults::injector::{FaultLog, Injector};
+use workload::jsapi;
+use workload::view::{ClusterView, Role};
 
 async fn proxied(name: &str) -> (tempfile::TempDir, Arc<tokio::sync::Mutex<LocalCluster>>) {
     let dir = tempfile::Builder::new().prefix(&format!("wl-fault-{name}-")).tempdir().unwrap();
@@ -117,7 +119,7 @@ fn a_run_with_every_fault_type_passes_and_shows_the_faults() {
     let cfg = dir.path().join("faults.toml");
     std::fs::write(
         &cfg,
-        "[faults]\noff_min = \"5s\"\noff_max = \"10s\"\non_min = \"20s\"\non_max = \"30s\"\nfault_min = \"2s\"\nfault_max = \"5s\"\n",
+        "[faults]\nprofile = \"quick\"\n[faults.profiles.quick]\noff_min = \"5s\"\noff_max = \"10s\"\non_min = \"20s\"\non_max = \"30s\"\nfault_min = \"2s\"\nfault_max = \"5s\"\n",
     )
     .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
@@ -135,6 +137,8 @@ fn a_run_with_every_fault_type_passes_and_shows_the_faults() {
     for kind in ["kill", "pause", "restart", "isolate", "split", "latency"] {
         assert!(starts[kind].as_u64().unwrap_or(0) >= 1, "no {kind} fault: {starts}");
     }
+    let roles = report["faults"]["roles_struck"].as_object().unwrap();
+    assert!(roles.keys().any(|r| r == "stream-leader" || r == "sole-replica"), "the stream's leader was a target: {roles:?}");
     let events = report["faults"]["events"].as_array().unwrap();
     let kill = events.iter().find(|e| e["kind"] == "kill" && e["event"] == "end").expect("a kill ended");
     assert!(kill["detail"]["pid"].as_u64().is_some(), "the killed node was restarted: {kill}");
@@ -144,6 +148,69 @@ fn a_run_with_every_fault_type_passes_and_shows_the_faults() {
     assert!(std::fs::read_to_string(dir.path().join("faults.jsonl")).unwrap().lines().count() >= 12);
     let ps = std::process::Command::new("ps").args(["-eo", "args"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&ps.stdout).contains(dir.path().to_str().unwrap()), "processes left behind");
+}
+
+/// A strike aimed at the stream leader (as an aligned strike after a scale request is)
+/// kills the node STREAM.INFO named leader just before; the fault log names its role; and
+/// the stream then elects another leader. (How the bias weighs roles: `faults::targets`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_biased_strike_hits_the_stream_leader_of_that_moment() {
+    let (_dir, cluster) = proxied("target").await;
+    let client = async_nats::connect(cluster.lock().await.client_urls()).await.unwrap();
+    let stream = "TARGETED";
+    let t = Duration::from_secs(5);
+    jsapi::create_stream(&client, &jsapi::stream_config(stream, "targeted", 3, Duration::from_secs(300)), t).await.unwrap();
+    let mut cfg = Config::default();
+    let schedule = cfg.faults.profiles.get_mut("gentle").unwrap();
+    schedule.kinds = vec![FaultKind::Kill];
+    schedule.target_bias = 1.0;
+    let info = jsapi::stream_info(&client, stream, t).await.unwrap();
+    let leader = info.view.cluster.as_ref().and_then(|c| c.leader.clone()).unwrap();
+    let view = Arc::new(ClusterView::default());
+    view.saw_stream(&info.view);
+    let log = Arc::new(FaultLog::new(None));
+    let mut inj = Injector::new(cluster.clone(), cfg, 3, log.clone()).with_view(view);
+    let struck = inj.strike(&[Role::StreamLeader]).await;
+    let names: Vec<String> = { let c = cluster.lock().await; struck.iter().map(|i| c.nodes[*i].name.clone()).collect() };
+    assert_eq!(names, vec![leader.clone()], "the leader of that moment was struck");
+    let start = log.events.lock().unwrap()[0].clone();
+    assert_eq!(start.roles[&leader], vec![Role::StreamLeader], "{start:?}");
+    eventually("another node leads the stream", || async {
+        let now = jsapi::stream_info(&client, stream, t).await.ok().and_then(|i| i.view.cluster.and_then(|c| c.leader));
+        now.is_some_and(|l| l != leader)
+    }).await;
+    inj.heal_all("test").await;
+}
+
+/// Each built-in fault profile runs 90 s on a real cluster and passes.
+fn a_short_run_passes(profile: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
+        .args(["local", "--duration", "90s", "--seed", "5", "--fault-profile", profile, "--liveness-window", "60s", "--liveness-quiet", "15s", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(dir.path().join("report.json")).unwrap_or_default();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("no report ({e}): {log}"));
+    assert_eq!(report["verdict"], "pass", "{profile}: {}\n{log}", report["failed"]);
+    assert_eq!(report["config"]["faults"]["profile"], profile);
+    assert!(report["faults"]["starts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>() >= 3, "{}", report["faults"]["starts"]);
+    report
+}
+
+#[test]
+fn the_gentle_profile_passes_a_short_run() {
+    a_short_run_passes("gentle");
+}
+
+#[test]
+fn the_aggressive_profile_passes_a_short_run() {
+    let report = a_short_run_passes("aggressive");
+    for id in ["stream-scaled-down-to-r1", "stream-scaled-up-from-r1"] {
+        let p = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap();
+        assert!(p["held"].as_u64().unwrap() >= 3, "R1 <-> R3 flips: {p}");
+    }
 }
 
 #[test]

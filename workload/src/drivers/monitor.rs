@@ -25,9 +25,15 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
         let acked_before = Stats::get(&ctx.stats.last_acked_seq);
         let answer = jsapi::stream_info_deleted(&client, &ctx.stream, ctx.api_timeout()).await;
         watch.observe(&ctx, &answer, acked_before);
-        if let (Ok(info), true) = (&answer, probe.enabled()) {
-            let look = probe.compare(&ctx.stream, &info.view, false).await;
-            watch.observe_replicas(&ctx, &look);
+        if let Ok(info) = &answer {
+            ctx.view.saw_stream(&info.view);
+        }
+        if probe.enabled() {
+            ctx.view.saw_meta_leader(probe.meta_leader().await);
+            if let Ok(info) = &answer {
+                let look = probe.compare(&ctx.stream, &info.view, false).await;
+                watch.observe_replicas(&ctx, &look);
+            }
         }
         tokio::select! {
             _ = ctx.cancel.cancelled() => break,

@@ -21,6 +21,7 @@ pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
     let client = ctx.connect("scaler").await?;
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5CA1E);
     let choices = ctx.cfg.scale_choices(ctx.cluster.size);
+    let flip = ctx.cfg.schedule().flip_replicas;
     let timeout = ctx.api_timeout();
     let (lo, hi) = (ctx.cfg.scale.interval_min, ctx.cfg.scale.interval_max);
     while !ctx.cancel.is_cancelled() {
@@ -29,7 +30,13 @@ pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
             _ = ctx.cancel.cancelled() => break,
             _ = tokio::time::sleep(pause) => {}
         }
-        let mut target = choices[rng.gen_range(0..choices.len())];
+        let mut target = if flip {
+            // R1 <-> R(max): the switches where the known bugs live.
+            let now = Stats::get(&ctx.stats.replicas) as usize;
+            if now > 1 { 1 } else { choices.iter().copied().max().unwrap_or(1) }
+        } else {
+            choices[rng.gen_range(0..choices.len())]
+        };
         let Some(from) = scale(&ctx, &client, target, timeout).await else { break };
         note_transition(from, target);
         if choices.len() > 1 && rng.gen_bool(ctx.cfg.scale.back_to_back_probability) {
@@ -71,6 +78,7 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
     let before = ctx.live.retry("scale request", Property::ScaleEventuallySettles, &ctx.cancel, attempt).await?;
     Stats::add(&ctx.stats.scale_requests, 1);
     ctx.stats.replicas.store(replicas as u64, Relaxed);
+    ctx.view.scale_requested();
     tracing::debug!(from = before, to = replicas, "scale requested");
     Some(before)
 }

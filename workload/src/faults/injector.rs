@@ -1,14 +1,20 @@
-//! The local fault injector: a seeded schedule of fault periods and fault-free periods over
-//! a [`LocalCluster`] or node containers ([`DockerNodes`]), honouring quiet-period requests.
+//! The local fault injector: a seeded schedule (a [`Schedule`], picked by `faults.profile`)
+//! of fault periods and fault-free periods over a [`LocalCluster`] or node containers
+//! ([`DockerNodes`]), honouring quiet-period requests.
 //!
 //! During a fault period, faults start one after another, each lasting a random time, and
 //! never more than `max_faulty` nodes are faulty at once (a fault type whose precondition
-//! fails is simply not drawn). When a liveness window asks for quiet, everything is healed
-//! at once and nothing starts until the requested instant. Every start and end is logged.
+//! fails is simply not drawn). Targets are drawn with a bias toward the nodes whose role
+//! matters at that moment ([`ClusterView`], [`targets`]), and a scale request may be
+//! followed at once by a fault on the stream leader or a replica catching up. When a
+//! liveness window asks for quiet, everything is healed at once and nothing starts until the
+//! requested instant. Every start and end is logged, a start with its targets' roles.
 
 use crate::cluster::LocalCluster;
+use crate::config::{Config, FaultKind, Schedule};
 use crate::faults::docker::DockerNodes;
-use crate::config::{Config, FaultKind};
+use crate::faults::targets;
+use crate::view::{ClusterView, Role};
 use nix::sys::signal::Signal;
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use serde::Serialize;
@@ -37,6 +43,9 @@ pub struct FaultEvent {
     pub event: &'static str,
     pub kind: FaultKind,
     pub nodes: Vec<String>,
+    /// The struck nodes' roles when the fault started (start events).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, Vec<Role>>,
     #[serde(skip_serializing_if = "Value::is_null")]
     pub detail: Value,
 }
@@ -68,15 +77,22 @@ impl FaultLog {
         }
     }
 
-    /// Starts per fault type, and every event, for the report.
+    /// Starts per fault type and per role struck, and every event, for the report.
     pub fn summary(&self) -> Value {
         let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
+        let name = |v: Value| v.as_str().map(str::to_string).unwrap_or_default();
         let mut starts: BTreeMap<String, u64> = BTreeMap::new();
+        let mut roles: BTreeMap<String, u64> = BTreeMap::new();
         for e in events.iter().filter(|e| e.event == "start") {
-            let kind = serde_json::to_value(e.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-            *starts.entry(kind).or_default() += 1;
+            *starts.entry(name(json!(e.kind))).or_default() += 1;
+            for role in e.roles.values().flatten() {
+                *roles.entry(name(json!(role))).or_default() += 1;
+            }
+            if e.roles.values().all(Vec::is_empty) {
+                *roles.entry("bystander".into()).or_default() += 1;
+            }
         }
-        json!({ "starts": starts, "events": events })
+        json!({ "starts": starts, "roles_struck": roles, "events": events })
     }
 
     pub fn starts(&self) -> usize {
@@ -128,44 +144,71 @@ impl Target {
 pub struct Injector {
     target: Target,
     cfg: Config,
+    schedule: Schedule,
     rng: StdRng,
     origin: Instant,
     pub log: Arc<FaultLog>,
     active: Vec<Active>,
+    /// Who does what: targets are drawn from it (empty until a run shares its own).
+    view: Arc<ClusterView>,
 }
 
 impl Injector {
     pub fn new(target: impl Into<Target>, cfg: Config, seed: u64, log: Arc<FaultLog>) -> Self {
-        Self { target: target.into(), cfg, rng: StdRng::seed_from_u64(seed ^ 0xFA_u64), origin: Instant::now(), log, active: Vec::new() }
+        let schedule = cfg.schedule();
+        Self {
+            target: target.into(),
+            cfg,
+            schedule,
+            rng: StdRng::seed_from_u64(seed ^ 0xFA_u64),
+            origin: Instant::now(),
+            log,
+            active: Vec::new(),
+            view: Arc::default(),
+        }
     }
 
     fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
         lo + (hi - lo).mul_f64(self.rng.gen::<f64>())
     }
 
-    /// Runs the schedule until cancelled, then heals everything.
-    /// `origin` is the run's start, the zero of the log's timestamps.
-    pub async fn run(mut self, cancel: CancellationToken, mut quiet: watch::Receiver<Option<Instant>>, origin: Instant) -> anyhow::Result<()> {
+    /// Runs the schedule until cancelled, then heals everything. `origin` is the run's
+    /// start, the zero of the log's timestamps; `view` says who does what in the cluster.
+    pub async fn run(mut self, cancel: CancellationToken, mut quiet: watch::Receiver<Option<Instant>>, origin: Instant, view: Arc<ClusterView>) -> anyhow::Result<()> {
         self.origin = origin;
-        let f = self.cfg.faults.clone();
+        self.view = view;
+        let mut scales = self.view.scale_requests();
+        let f = self.schedule.clone();
         'schedule: while !cancel.is_cancelled() {
             let off = self.between(f.off_min, f.off_max);
             if !self.sleep(off, &cancel, &mut quiet).await {
                 break;
             }
             let on_end = Instant::now() + self.between(f.on_min, f.on_max);
+            scales.mark_unchanged();
+            let mut prefer: &[Role] = &[];
             while Instant::now() < on_end {
                 if quiet_until(&quiet).is_some() {
                     self.heal_all("quiet period requested").await;
                     continue 'schedule; // the off period waits the quiet out
                 }
                 self.end_expired().await;
-                self.start_one().await;
+                self.strike(prefer).await;
                 let next = self.between(Duration::from_millis(500), f.fault_min);
                 let wake = self.active.iter().map(|a| a.ends).chain([Instant::now() + next, on_end]).min().unwrap_or(on_end);
-                if !self.sleep(wake.saturating_duration_since(Instant::now()), &cancel, &mut quiet).await {
-                    break 'schedule;
-                }
+                let pause = wake.saturating_duration_since(Instant::now());
+                // A scale request may cut the pause short: strike what the change is about.
+                prefer = tokio::select! {
+                    going = self.sleep(pause, &cancel, &mut quiet) => {
+                        if !going {
+                            break 'schedule;
+                        }
+                        &[]
+                    }
+                    Ok(()) = scales.changed() => {
+                        if self.rng.gen_bool(f.align_probability) { &[Role::StreamLeader, Role::CatchingUp, Role::SoleReplica] } else { &[] }
+                    }
+                };
             }
             self.heal_all("fault period over").await;
         }
@@ -206,10 +249,18 @@ impl Injector {
     /// Starts one fault of `kind` on `nodes` now, lasting `lasts` (for tests and tools;
     /// the schedule draws its own). Ended by [`Injector::heal_all`] or the schedule.
     pub async fn force(&mut self, kind: FaultKind, nodes: Vec<usize>, lasts: Duration) -> Value {
+        let names = self.target.names(&nodes).await;
+        let roles: BTreeMap<String, Vec<Role>> = names.iter().map(|n| (n.clone(), self.view.roles(n))).collect();
         let detail = self.apply(kind, &nodes).await;
-        self.record("start", kind, &nodes, detail.clone()).await;
+        self.log.record(FaultEvent { t_s: self.origin.elapsed().as_secs_f64(), event: "start", kind, nodes: names, roles, detail: detail.clone() });
         self.active.push(Active { kind, nodes, ends: Instant::now() + lasts });
         detail
+    }
+
+    /// Uses `view` to draw targets (tests; a run passes its own to [`Injector::run`]).
+    pub fn with_view(mut self, view: Arc<ClusterView>) -> Self {
+        self.view = view;
+        self
     }
 
     fn faulty(&self) -> Vec<usize> {
@@ -219,32 +270,36 @@ impl Injector {
         nodes
     }
 
-    /// Starts one fault whose precondition holds, if any.
-    async fn start_one(&mut self) {
+    /// Starts one fault of the schedule whose precondition holds, if any, on a node drawn
+    /// by role (`prefer`: the roles an aligned strike is after). Returns the nodes struck.
+    pub async fn strike(&mut self, prefer: &[Role]) -> Vec<usize> {
         let n = self.target.size().await;
         let faulty = self.faulty();
-        let budget = self.cfg.max_faulty(n).saturating_sub(faulty.len());
+        let budget = self.schedule.max_faulty(n).saturating_sub(faulty.len());
         let healthy: Vec<usize> = (0..n).filter(|i| !faulty.contains(i)).collect();
         if budget == 0 || healthy.is_empty() || n < 2 {
-            return;
+            return Vec::new();
         }
         let mut kinds = Vec::new();
-        for &k in &self.cfg.faults.kinds {
+        for &k in &self.schedule.kinds {
             if self.target.supports(k).await {
                 kinds.push(k);
             }
         }
-        let Some(&kind) = kinds.choose(&mut self.rng) else { return };
-        let nodes: Vec<usize> = match kind {
-            FaultKind::Split => {
-                let size = self.rng.gen_range(1..=budget.min(healthy.len()).min((n - 1) / 2).max(1));
-                healthy.choose_multiple(&mut self.rng, size).copied().collect()
-            }
-            _ => vec![*healthy.choose(&mut self.rng).expect("healthy is not empty")],
-        };
-        let lasts = self.between(self.cfg.faults.fault_min, self.cfg.faults.fault_max);
+        let Some(&kind) = kinds.choose(&mut self.rng) else { return Vec::new() };
+        let names = self.target.names(&healthy).await;
+        let candidates: Vec<(usize, Vec<Role>)> = healthy.iter().zip(&names).map(|(i, name)| (*i, self.view.roles(name))).collect();
+        let Some(first) = targets::pick(&mut self.rng, &candidates, self.schedule.target_bias, prefer) else { return Vec::new() };
+        let mut nodes = vec![first];
+        if kind == FaultKind::Split {
+            let size = self.rng.gen_range(1..=budget.min(healthy.len()).min((n - 1) / 2).max(1));
+            let others: Vec<usize> = healthy.iter().copied().filter(|i| *i != first).collect();
+            nodes.extend(others.choose_multiple(&mut self.rng, size - 1));
+        }
+        let lasts = self.between(self.schedule.fault_min, self.schedule.fault_max);
         // A restart is over once the node is back: it ends at the next step.
-        self.force(kind, nodes, if kind == FaultKind::Restart { Duration::ZERO } else { lasts }).await;
+        self.force(kind, nodes.clone(), if kind == FaultKind::Restart { Duration::ZERO } else { lasts }).await;
+        nodes
     }
 
     /// Puts a fault in place; returns what the log should show (pids, links).
@@ -354,7 +409,8 @@ impl Injector {
                 for detail in d.start_stopped().await {
                     tracing::warn!(%detail, "a node container was stopped although no fault held it down: started");
                     let origin = self.origin;
-                    self.log.record(FaultEvent { t_s: origin.elapsed().as_secs_f64(), event: "found-stopped", kind: FaultKind::Kill, nodes: vec![detail["node"].as_str().unwrap_or("?").to_string()], detail });
+                    let node = detail["node"].as_str().unwrap_or("?").to_string();
+                    self.log.record(FaultEvent { t_s: origin.elapsed().as_secs_f64(), event: "found-stopped", kind: FaultKind::Kill, nodes: vec![node], roles: BTreeMap::new(), detail });
                 }
             }
         }
@@ -362,7 +418,7 @@ impl Injector {
 
     async fn record(&self, event: &'static str, kind: FaultKind, nodes: &[usize], detail: Value) {
         let names = self.target.names(nodes).await;
-        self.log.record(FaultEvent { t_s: self.origin.elapsed().as_secs_f64(), event, kind, nodes: names, detail });
+        self.log.record(FaultEvent { t_s: self.origin.elapsed().as_secs_f64(), event, kind, nodes: names, roles: BTreeMap::new(), detail });
     }
 }
 

@@ -7,5 +7,6 @@ pub mod forge;
 pub mod injector;
 pub mod proxy;
 pub mod quiet;
+pub mod targets;
 
 pub use quiet::QuietRequests;

@@ -1,0 +1,126 @@
+//! Who does what in the cluster right now: the meta leader, the stream's leader and
+//! followers (and which of them are still catching up), and the scale requests as they are
+//! made. The monitor refreshes it every two seconds and the scaler announces its requests;
+//! the fault injector asks it whom to strike, as Jepsen's nemeses target primaries.
+
+use properties::scale::StreamInfoView;
+use serde::Serialize;
+use std::sync::Mutex;
+use tokio::sync::watch;
+
+/// What a node is for the run's stream and the cluster, at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Leads the meta group (stream and consumer assignments, scale decisions).
+    MetaLeader,
+    /// Leads the stream's Raft group.
+    StreamLeader,
+    /// Holds the only replica of an R1 stream.
+    SoleReplica,
+    /// Listed as a replica but not current: being added by a scale or catching up.
+    CatchingUp,
+    /// A current follower of the stream.
+    Follower,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Snapshot {
+    meta_leader: Option<String>,
+    stream_leader: Option<String>,
+    /// Every listed follower, with whether it is current.
+    followers: Vec<(String, bool)>,
+    replicas: usize,
+}
+
+/// The shared view; cheap to read, refreshed by the monitor.
+pub struct ClusterView {
+    snapshot: Mutex<Snapshot>,
+    /// Counts scale requests: the injector may strike right after one.
+    scales: watch::Sender<u64>,
+}
+
+impl Default for ClusterView {
+    fn default() -> Self {
+        Self { snapshot: Mutex::default(), scales: watch::channel(0).0 }
+    }
+}
+
+impl ClusterView {
+    /// What STREAM.INFO (from the stream leader) says now.
+    pub fn saw_stream(&self, info: &StreamInfoView) {
+        let Ok(mut s) = self.snapshot.lock() else { return };
+        s.replicas = info.config.num_replicas;
+        match &info.cluster {
+            Some(c) => {
+                s.stream_leader = c.leader.clone().filter(|l| !l.is_empty());
+                s.followers = c.replicas.iter().map(|r| (r.name.clone(), r.current && !r.offline)).collect();
+            }
+            None => {
+                s.stream_leader = None;
+                s.followers.clear();
+            }
+        }
+    }
+
+    /// The meta leader as a node's `/jsz` names it.
+    pub fn saw_meta_leader(&self, leader: Option<String>) {
+        if let Ok(mut s) = self.snapshot.lock() {
+            s.meta_leader = leader.filter(|l| !l.is_empty());
+        }
+    }
+
+    /// The scaler asked for another replica count just now.
+    pub fn scale_requested(&self) {
+        self.scales.send_modify(|n| *n += 1);
+    }
+
+    /// Wakes on every scale request.
+    pub fn scale_requests(&self) -> watch::Receiver<u64> {
+        self.scales.subscribe()
+    }
+
+    /// The roles of the node named `node`, most interesting first (empty: a bystander).
+    pub fn roles(&self, node: &str) -> Vec<Role> {
+        let Ok(s) = self.snapshot.lock() else { return Vec::new() };
+        let mut roles = Vec::new();
+        if s.meta_leader.as_deref() == Some(node) {
+            roles.push(Role::MetaLeader);
+        }
+        if s.stream_leader.as_deref() == Some(node) {
+            roles.push(if s.replicas == 1 { Role::SoleReplica } else { Role::StreamLeader });
+        }
+        if let Some((_, current)) = s.followers.iter().find(|(name, _)| name == node) {
+            roles.push(if *current { Role::Follower } else { Role::CatchingUp });
+        }
+        roles.sort();
+        roles
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(json: &str) -> StreamInfoView {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn roles_follow_what_the_stream_and_meta_group_say() {
+        let v = ClusterView::default();
+        assert!(v.roles("n1").is_empty(), "nothing seen yet");
+        v.saw_stream(&info(r#"{"config":{"num_replicas":3},"cluster":{"leader":"n1","replicas":[
+            {"name":"n2","current":true},{"name":"n3","current":false}]}}"#));
+        v.saw_meta_leader(Some("n2".into()));
+        assert_eq!(v.roles("n1"), vec![Role::StreamLeader]);
+        assert_eq!(v.roles("n2"), vec![Role::MetaLeader, Role::Follower]);
+        assert_eq!(v.roles("n3"), vec![Role::CatchingUp]);
+        v.saw_stream(&info(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n3"}}"#));
+        assert_eq!(v.roles("n3"), vec![Role::SoleReplica]);
+        assert_eq!(v.roles("n1"), Vec::<Role>::new());
+        let scales = v.scale_requests();
+        v.scale_requested();
+        assert!(scales.has_changed().unwrap());
+    }
+}
