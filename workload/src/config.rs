@@ -122,6 +122,10 @@ pub struct Schedule {
     /// The scaler flips between one replica and the most it may use, instead of drawing
     /// counts at random.
     pub flip_replicas: bool,
+    /// Overrides `scale.wait_settled_probability` while this profile is in use (waiting for a
+    /// change to settle under back-to-back faults holds the scaler until a quiet period).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_settled_probability: Option<f64>,
 }
 
 impl Default for Schedule {
@@ -138,6 +142,7 @@ impl Default for Schedule {
             target_bias: 0.5,
             align_probability: 0.25,
             flip_replicas: false,
+            wait_settled_probability: None,
         }
     }
 }
@@ -156,6 +161,7 @@ impl Schedule {
             target_bias: 0.8,
             align_probability: 0.6,
             flip_replicas: true,
+            wait_settled_probability: Some(0.1),
             ..Self::default()
         }
     }
@@ -358,7 +364,8 @@ impl Config {
             if f.fault_min.is_zero() {
                 return Err(bad(field("fault_min"), "must be more than 0"));
             }
-            for (k, v) in [("target_bias", f.target_bias), ("align_probability", f.align_probability)] {
+            let wait = f.wait_settled_probability.unwrap_or(0.0);
+            for (k, v) in [("target_bias", f.target_bias), ("align_probability", f.align_probability), ("wait_settled_probability", wait)] {
                 if !(0.0..=1.0).contains(&v) {
                     return Err(bad(field(k), "must be within 0 ..= 1"));
                 }

@@ -21,7 +21,9 @@ pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
     let client = ctx.connect("scaler").await?;
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5CA1E);
     let choices = ctx.cfg.scale_choices(ctx.cluster.size);
-    let flip = ctx.cfg.schedule().flip_replicas;
+    let schedule = ctx.cfg.schedule();
+    let flip = schedule.flip_replicas;
+    let wait_probability = schedule.wait_settled_probability.unwrap_or(ctx.cfg.scale.wait_settled_probability);
     let timeout = ctx.api_timeout();
     let (lo, hi) = (ctx.cfg.scale.interval_min, ctx.cfg.scale.interval_max);
     while !ctx.cancel.is_cancelled() {
@@ -50,7 +52,7 @@ pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
             sdk::hold(Property::ScaleRequestedBackToBack);
             note_transition(first, target);
         }
-        if rng.gen_bool(ctx.cfg.scale.wait_settled_probability) {
+        if rng.gen_bool(wait_probability) {
             wait_settled(&ctx, &client, target).await;
         }
     }
