@@ -35,7 +35,7 @@ fn probe_ctx(cfg: &Config, cluster: &ClusterAddr, origin: Instant, quiet: &Quiet
 /// The container's long-lived command: a reachable, healthy cluster, `setup_complete`
 /// once, then idle until stopped. An error when the cluster could not be reached.
 pub async fn entrypoint(cfg: &Config, cluster: &ClusterAddr, stop: CancellationToken) -> Result<(), String> {
-    let ctx = probe_ctx(cfg, cluster, Instant::now(), &QuietRequests::default(), stop.clone());
+    let ctx = probe_ctx(cfg, cluster, Instant::now(), &QuietRequests::new(cfg.liveness.window), stop.clone());
     first_contact(&ctx).await?;
     sdk::setup_complete(&json!({ "servers": cluster.servers, "cluster_size": cluster.size }));
     tracing::info!("setup complete; idle until stopped");
@@ -49,7 +49,7 @@ pub async fn entrypoint(cfg: &Config, cluster: &ClusterAddr, stop: CancellationT
 /// stream for the report.
 pub async fn verify(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop: CancellationToken) -> anyhow::Result<Vec<Value>> {
     let records = state.records()?;
-    let (started, quiet) = (Instant::now(), QuietRequests::default());
+    let (started, quiet) = (Instant::now(), QuietRequests::new(cfg.liveness.window));
     tracing::info!(streams = records.len(), "verifying every recorded stream");
     let probe = probe_ctx(cfg, cluster, started, &quiet, stop.child_token());
     if !recovered(&probe, &stop).await {
@@ -83,7 +83,7 @@ pub async fn verify(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop:
 /// without a leader judges nothing.
 pub async fn watch_at_rest(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop: CancellationToken) -> anyhow::Result<Vec<Value>> {
     let records: Vec<Record> = state.records()?.into_iter().filter(|r| r.finished).collect();
-    let (started, quiet) = (Instant::now(), QuietRequests::default());
+    let (started, quiet) = (Instant::now(), QuietRequests::new(cfg.liveness.window));
     let probe = probe_ctx(cfg, cluster, started, &quiet, stop.child_token());
     // Connects in the background: an unreachable cluster makes each stream's look unknown.
     let client = probe.connect("anytime").await?;

@@ -5,6 +5,7 @@ pub mod config;
 pub mod drivers;
 pub mod faults;
 pub mod jsapi;
+pub mod random;
 pub mod records;
 pub mod replicas;
 pub mod report;

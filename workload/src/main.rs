@@ -16,6 +16,7 @@ use workload::composer;
 use workload::config::Config;
 use workload::faults::docker::DockerNodes;
 use workload::faults::injector::{FaultLog, Injector, Target};
+use workload::random::Source;
 use workload::records::StateDir;
 use workload::run::{self, NotRun, RunSpec};
 use workload::state::ClusterAddr;
@@ -321,8 +322,9 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let stop = CancellationToken::new();
     tokio::spawn(stop_on_signal(stop.clone()));
     let cluster_size = command.cluster_size();
-    // From the Antithesis SDK, so Antithesis can steer it (outside it: the OS's randomness).
-    let seed = command.common().seed.unwrap_or_else(antithesis_sdk::random::get_random);
+    // One place decides where choices come from (Antithesis's source, or a seeded PRNG).
+    let source = Source::decide(command.common().seed);
+    let seed = source.seed();
     let run_id = command.common().run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
     let duration = command.common().duration;
     let (addr, server_version, target, composer) = match command {
@@ -370,10 +372,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     };
     let duration = match (&composer, duration) {
         (_, Some(d)) => d,
-        (Some(_), None) => {
-            let c = &cfg.composer;
-            c.driver_min + (c.driver_max - c.driver_min).mul_f64((seed % 1_000_000) as f64 / 1_000_000.0)
-        }
+        (Some(_), None) => source.chooser(0xD0).between("driver duration", cfg.composer.driver_min, cfg.composer.driver_max),
         (None, None) => Duration::from_secs(60),
     };
     let fault_log = Arc::new(FaultLog::new(Some(out.join("faults.jsonl"))));
@@ -384,10 +383,11 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         _ => None,
     };
     let injector = match target {
-        Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), seed, fault_log.clone())),
+        Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), source, fault_log.clone())),
         _ => None,
     };
-    let mut facts = json!({ "seed": seed, "server_version": server_version, "cluster_size": cluster_size, "config": cfg });
+    let steered = source == Source::Antithesis;
+    let mut facts = json!({ "seed": seed, "choices": if steered { "antithesis" } else { "seeded" }, "server_version": server_version, "cluster_size": cluster_size, "config": cfg });
     let composer_step = composer.is_some();
     match composer {
         Some((Phase::Entrypoint, _)) => {
@@ -412,7 +412,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         }
         driver => {
             let is_driver = driver.is_some();
-            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state) };
+            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state) };
             tracing::info!(seed, run_id, ?duration, "run starting");
             let finished = match run::run(spec, stop).await {
                 Ok(f) => f,
@@ -434,6 +434,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             facts["rss_mib_end"] = json!(run::rss_mib());
             facts["counters"] = finished.ctx.stats.to_json();
             facts["quiet_requests"] = json!(finished.ctx.live.quiet.count());
+            facts["quiet"] = finished.quiet;
             facts["faults"] = fault_log.summary();
         }
     }

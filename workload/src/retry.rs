@@ -4,6 +4,7 @@
 //! question until it is answered. At the quiet point of a window faults are asked to
 //! pause; a window that runs out is a liveness failure (or, for a question, "unknown").
 
+use crate::faults::quiet::Why;
 use crate::faults::QuietRequests;
 use crate::sdk;
 use properties::liveness::{Next, Window, WindowConfig};
@@ -140,7 +141,7 @@ impl OpenWindow<'_> {
         match self.window.failed(self.live.now()) {
             Next::Retry(pause) => Step::Retry(pause),
             Next::RequestQuiet { quiet, retry_after } => {
-                self.live.quiet.request_for_window(quiet, &format!("{} failing for most of a liveness window: {error}", self.op));
+                self.live.quiet.request(Why::WindowQuietPoint, quiet, &format!("{} failing for most of a liveness window: {error}", self.op));
                 Step::QuietStarted(retry_after)
             }
             Next::Expired { elapsed, .. } => Step::Expired(elapsed),

@@ -6,6 +6,7 @@ use crate::drivers::{self, scaler};
 use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
 use crate::jsapi;
+use crate::random::Source;
 use crate::records::{self, StateDir};
 use crate::sdk;
 use crate::state::{ClusterAddr, Ctx, Stats};
@@ -23,6 +24,8 @@ pub struct RunSpec {
     pub cfg: Config,
     pub cluster: ClusterAddr,
     pub seed: u64,
+    /// Where the scaler's choices come from.
+    pub source: Source,
     pub run_id: String,
     pub duration: Duration,
     /// The local fault injector, for `workload local`.
@@ -41,6 +44,8 @@ pub struct Finished {
     pub check: Option<FinalCheck>,
     /// Suspicions open when the drivers stopped, with what answered them.
     pub suspicions_at_stop: Vec<Value>,
+    /// Quiet periods while the drivers ran: granted, refused, the time faults were allowed.
+    pub quiet: Value,
 }
 
 /// Why a run ended without driving anything.
@@ -56,7 +61,7 @@ pub enum NotRun {
 pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, NotRun> {
     let started = Instant::now();
     let run = RunMessages::new(&spec.run_id, spec.seed, spec.cfg.publish.payload_size);
-    let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, QuietRequests::default(), stop.child_token());
+    let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, QuietRequests::new(spec.cfg.liveness.window), stop.child_token());
     ctx.faults = spec.injector.as_ref().map(|i| i.log.clone());
     let ctx = Arc::new(ctx);
     let composer = spec.composer;
@@ -69,7 +74,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     }
     drivers::spawn_core(&ctx, &mut tasks);
     if ctx.cfg.scale.enabled && ctx.cluster.size > 1 {
-        tasks.spawn(scaler::run(ctx.clone(), spec.seed));
+        tasks.spawn(scaler::run(ctx.clone(), spec.source.chooser(0x5CA1E)));
     }
     if let Some(state) = &composer {
         tasks.spawn(records::record_while_running(ctx.clone(), state.clone()));
@@ -85,12 +90,13 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     }
     // A driver's error is logged; the final verification still runs.
     let _ = drivers::stop(&ctx, tasks).await;
+    let quiet = ctx.live.quiet.summary(started);
 
     if let Some(state) = &composer {
         if let Err(e) = records::record(&ctx, state, true) {
             tracing::error!("cannot record the run in {}: {e:#}", state.0.display());
         }
-        return Ok(Finished { elapsed: started.elapsed(), ctx, check: None, suspicions_at_stop: Vec::new() });
+        return Ok(Finished { elapsed: started.elapsed(), ctx, check: None, suspicions_at_stop: Vec::new(), quiet });
     }
     let open = ctx.suspicions.take();
     if !open.is_empty() {
@@ -98,7 +104,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     }
     let check = final_verification(&ctx, true).await;
     let suspicions_at_stop = check.answer(open);
-    Ok(Finished { elapsed: started.elapsed(), ctx, check: Some(check), suspicions_at_stop })
+    Ok(Finished { elapsed: started.elapsed(), ctx, check: Some(check), suspicions_at_stop, quiet })
 }
 
 /// The cluster reached and ready, and the run's stream created. For `workload run` and

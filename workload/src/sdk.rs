@@ -58,20 +58,50 @@ pub fn failures_so_far() -> u64 {
 }
 
 macro_rules! emit_one {
-    (always, $cond:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always!($cond, $msg, $details) };
-    (eventually, $cond:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always!($cond, $msg, $details) };
-    (sometimes, $cond:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_sometimes!($cond, $msg, $details) };
-    (reachable, $cond:expr, $msg:expr, $details:expr) => { if $cond { antithesis_sdk::assert_reachable!($msg, $details) } };
-    (unreachable, $cond:expr, $msg:expr, $details:expr) => { if $cond { antithesis_sdk::assert_unreachable!($msg, $details) } };
+    (always, $e:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always!($e.holds(), $msg, $details) };
+    (always_or_unreachable, $e:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always_or_unreachable!($e.holds(), $msg, $details) };
+    (eventually, $e:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always!($e.holds(), $msg, $details) };
+    (eventually_or_unreachable, $e:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_always_or_unreachable!($e.holds(), $msg, $details) };
+    (sometimes, $e:expr, $msg:expr, $details:expr) => { antithesis_sdk::assert_sometimes!($e.holds(), $msg, $details) };
+    (sometimes_greater, $e:expr, $msg:expr, $details:expr) => {{
+        let (value, threshold) = $e.numbers();
+        antithesis_sdk::assert_sometimes_greater_than!(value, threshold, $msg, $details)
+    }};
+    (reachable, $e:expr, $msg:expr, $details:expr) => { if $e.holds() { antithesis_sdk::assert_reachable!($msg, $details) } };
+    (unreachable, $e:expr, $msg:expr, $details:expr) => { if $e.holds() { antithesis_sdk::assert_unreachable!($msg, $details) } };
+}
+
+/// One evaluation: a condition, or a value against the threshold it should sometimes pass
+/// (numeric guidance: Antithesis sees how close each evaluation came).
+#[derive(Clone, Copy, Debug)]
+pub enum Eval {
+    Cond(bool),
+    Above { value: u64, threshold: u64 },
+}
+
+impl Eval {
+    fn holds(self) -> bool {
+        match self {
+            Eval::Cond(c) => c,
+            Eval::Above { value, threshold } => value > threshold,
+        }
+    }
+
+    fn numbers(self) -> (u64, u64) {
+        match self {
+            Eval::Cond(c) => (c as u64, 0),
+            Eval::Above { value, threshold } => (value, threshold),
+        }
+    }
 }
 
 macro_rules! define_emit {
     ($( ($variant:ident, $kind:ident, $id:literal, $sentence:literal) )*) => {
-        /// One SDK call site per property; `cond` is "held" for always/eventually/sometimes
-        /// and "reached" for reachable/unreachable.
-        fn emit(p: Property, cond: bool, details: &Value) {
+        /// One SDK call site per property; the evaluation is "held" for always/eventually/
+        /// sometimes and "reached" for reachable/unreachable.
+        fn emit(p: Property, e: Eval, details: &Value) {
             match p {
-                $( Property::$variant => emit_one!($kind, cond, Property::$variant.message(), details), )*
+                $( Property::$variant => emit_one!($kind, e, Property::$variant.message(), details), )*
             }
         }
     };
@@ -82,7 +112,17 @@ for_each_property!(define_emit);
 /// Evaluates a property: `held` is whether it held (always, eventually, sometimes) or was
 /// reached (reachable, unreachable).
 pub fn check(p: Property, held: bool, details: &Value) {
-    emit(p, held, details);
+    evaluate(p, Eval::Cond(held), details);
+}
+
+/// Evaluates a numeric-guidance property: did `value` pass `threshold` this time?
+pub fn above(p: Property, value: u64, threshold: u64, details: &Value) {
+    evaluate(p, Eval::Above { value, threshold }, details);
+}
+
+fn evaluate(p: Property, e: Eval, details: &Value) {
+    emit(p, e, details);
+    let held = e.holds();
     let failed = match p.kind() {
         Kind::Always | Kind::Eventually => !held,
         Kind::Unreachable => held,

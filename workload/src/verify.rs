@@ -8,6 +8,7 @@
 use crate::cluster::{http_client, unhealthy};
 use crate::drivers::monitor::{judge_replicas_at_rest, judge_stream};
 use crate::drivers::{reader, scaler};
+use crate::faults::quiet::Why;
 use crate::jsapi;
 use crate::sdk;
 use crate::state::{Ctx, Stats, Suspect};
@@ -121,7 +122,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool) -> FinalCheck {
     let cancel = CancellationToken::new();
     let last_acked = Stats::get(&ctx.stats.last_acked_seq);
     tracing::info!(last_acked, "final verification");
-    ctx.live.quiet.request(ctx.cfg.liveness.window, "final verification");
+    ctx.live.quiet.request(Why::FinalVerification, ctx.cfg.liveness.window, "final verification");
     let ctx = ctx.with_cancel(&cancel, true);
     if !recovered(&ctx, &cancel).await {
         return unanswered(&ctx, "the cluster never became healthy");

@@ -80,6 +80,11 @@ impl ClusterView {
         self.scales.subscribe()
     }
 
+    /// The stream's leader at the last look.
+    pub fn stream_leader(&self) -> Option<String> {
+        self.snapshot.lock().ok().and_then(|s| s.stream_leader.clone())
+    }
+
     /// The roles of the node named `node`, most interesting first (empty: a bystander).
     pub fn roles(&self, node: &str) -> Vec<Role> {
         let Ok(s) = self.snapshot.lock() else { return Vec::new() };

@@ -9,6 +9,7 @@ use workload::cluster::{find_server, http_client, unhealthy, LocalCluster};
 use workload::config::{Config, FaultKind};
 use workload::faults::injector::{FaultLog, Injector};
 use workload::jsapi;
+use workload::random::Source;
 use workload::view::{ClusterView, Role};
 
 async fn proxied(name: &str) -> (tempfile::TempDir, Arc<tokio::sync::Mutex<LocalCluster>>) {
@@ -19,7 +20,7 @@ async fn proxied(name: &str) -> (tempfile::TempDir, Arc<tokio::sync::Mutex<Local
 }
 
 fn injector(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>) -> Injector {
-    Injector::new(cluster.clone(), Config::default(), 1, Arc::new(FaultLog::new(None)))
+    Injector::new(cluster.clone(), Config::default(), Source::Seeded(1), Arc::new(FaultLog::new(None)))
 }
 
 /// Polls `f` for up to 30 s.
@@ -169,7 +170,7 @@ async fn a_biased_strike_hits_the_stream_leader_of_that_moment() {
     let view = Arc::new(ClusterView::default());
     view.saw_stream(&info.view);
     let log = Arc::new(FaultLog::new(None));
-    let mut inj = Injector::new(cluster.clone(), cfg, 3, log.clone()).with_view(view);
+    let mut inj = Injector::new(cluster.clone(), cfg, Source::Seeded(3), log.clone()).with_view(view);
     let struck = inj.strike(&[Role::StreamLeader]).await;
     let names: Vec<String> = { let c = cluster.lock().await; struck.iter().map(|i| c.nodes[*i].name.clone()).collect() };
     assert_eq!(names, vec![leader.clone()], "the leader of that moment was struck");

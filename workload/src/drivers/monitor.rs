@@ -5,6 +5,7 @@
 //! leader can answer from a stale view for a moment. The monitor driver looks every two
 //! seconds; the final verification and the composer commands look until judged.
 
+use crate::faults::quiet::Why;
 use crate::jsapi::{self, ApiError, StreamInfo};
 use crate::replicas::{ReplicaLook, ReplicaProbe};
 use crate::sdk;
@@ -143,7 +144,7 @@ fn judge(ctx: &Ctx, c: &mut Confirm, now: Duration, bad: bool, what: Suspect, p:
         Confirmation::Pending { ask_quiet } => {
             ctx.suspicions.open(what, &details);
             if ask_quiet {
-                ctx.live.quiet.request(ctx.cfg.liveness.quiet, &format!("{what:?} seen, confirming"));
+                ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, &format!("{what:?} seen, confirming"));
             }
             Look::Pending
         }

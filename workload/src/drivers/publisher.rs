@@ -9,6 +9,7 @@
 //! The replies to the sends it gave up are still awaited and judged as they arrive: every
 //! ack the server sends is judged.
 
+use crate::faults::quiet::Why;
 use crate::sdk;
 use crate::state::{Ctx, Stats, Suspect};
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
@@ -43,7 +44,8 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut ledger = PublishLedger::new();
     let mut in_flight: VecDeque<(u64, PublishAckFuture)> = VecDeque::new();
     let mut next_send = 1u64;
-    let mut window = None;
+    let mut window: Option<crate::retry::OpenWindow> = None;
+    let mut leader_at_rewind = None;
     let mut behind = Confirm::new(ctx.cfg.liveness.quiet, 3);
     let mut late = Late::new();
 
@@ -62,13 +64,18 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
                 };
                 let Some(reply) = reply else { break };
                 match judge(&ctx, &js, &mut ledger, &mut behind, index, reply).await {
-                    None => {
+                    Ok(duplicate) => {
                         if let Some(w) = window.take() {
-                            crate::retry::OpenWindow::succeeded(w);
+                            // The first clean ack after resending: what did the retry meet?
+                            w.succeeded();
+                            let leader = ctx.view.stream_leader();
+                            let details = json!({ "index": index, "duplicate": duplicate, "leader_then": leader_at_rewind, "leader_now": leader });
+                            sdk::check(Property::PublishRetryGotDuplicateAck, duplicate, &details);
+                            sdk::check(Property::AckAcrossLeaderChange, leader.is_some() && leader_at_rewind.is_some() && leader != leader_at_rewind, &details);
                         }
                         continue;
                     }
-                    Some(f) => f,
+                    Err(f) => f,
                 }
             }
         };
@@ -78,6 +85,9 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
         Stats::add(&ctx.stats.rewinds, 1);
         late.extend(in_flight.drain(..).map(|(i, ack)| async move { (i, ack.await) }.boxed()));
         next_send = ledger.next_index();
+        if window.is_none() {
+            leader_at_rewind = ctx.view.stream_leader();
+        }
         match failure.kind {
             Some(PublishErrorKind::StreamNotFound) => sdk::hold(Property::PublishRetriedAfterNoResponders),
             Some(PublishErrorKind::TimedOut) => sdk::hold(Property::PublishRetriedAfterTimeout),
@@ -167,7 +177,7 @@ async fn fill(
     Ok(())
 }
 
-/// Judges the reply to the oldest publish in flight. `None`: confirmed, go on.
+/// Judges the reply to the oldest publish in flight. `Ok(duplicate)`: confirmed, go on.
 async fn judge(
     ctx: &Ctx,
     js: &jetstream::Context,
@@ -175,7 +185,7 @@ async fn judge(
     behind: &mut Confirm,
     index: u64,
     reply: Result<PublishAck, PublishError>,
-) -> Option<Failure> {
+) -> Result<bool, Failure> {
     let ack = match reply {
         Ok(ack) => ack,
         Err(e) => {
@@ -188,22 +198,21 @@ async fn judge(
                 Some(src) => format!("{e}: {src}"),
                 None => e.to_string(),
             };
-            return Some(Failure { error, kind: Some(e.kind()) });
+            return Err(Failure { error, kind: Some(e.kind()) });
         }
     };
     if ack.stream != ctx.stream {
         // Another stream captured our subject: nothing about ours can be concluded.
-        return Some(Failure { error: format!("ack from stream {:?}, not {:?}", ack.stream, ctx.stream), kind: None });
+        return Err(Failure { error: format!("ack from stream {:?}, not {:?}", ack.stream, ctx.stream), kind: None });
     }
     match ledger.on_ack(index, ack.sequence, ack.duplicate) {
         AckVerdict::Fresh => sdk::hold(Property::PublishAckGapFree),
         AckVerdict::Duplicate => {
             Stats::add(&ctx.stats.duplicate_acks, 1);
             sdk::hold(Property::PublishDuplicateAckOriginalSequence);
-            sdk::hold(Property::PublishRetryGotDuplicateAck);
         }
         AckVerdict::Unknown => {
-            return Some(Failure { error: "duplicate ack without a sequence (original still in flight)".into(), kind: None })
+            return Err(Failure { error: "duplicate ack without a sequence (original still in flight)".into(), kind: None })
         }
         AckVerdict::Violation(v) => sdk::violation(&v),
     }
@@ -211,7 +220,7 @@ async fn judge(
     Stats::add(&ctx.stats.acked, 1);
     ctx.stats.last_acked_seq.store(ledger.watermark(), Relaxed);
     ctx.stats.ack_diverged_at.store(ledger.diverged_at().unwrap_or(0), Relaxed);
-    None
+    Ok(ack.duplicate)
 }
 
 /// What a rejection for a wrong last sequence shows, judged without trusting one answer:
@@ -229,7 +238,7 @@ async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &Publis
             Confirmation::Pending { ask_quiet } => {
                 ctx.suspicions.open(Suspect::PublishStreamBehind, &json!({ "index": index, "stream_last_seq": last, "last_acked_seq": ledger.watermark() }));
                 if ask_quiet {
-                    ctx.live.quiet.request(ctx.cfg.liveness.quiet, "publishes say the stream ends before the last ack");
+                    ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, "publishes say the stream ends before the last ack");
                 }
             }
             Confirmation::Good => {}

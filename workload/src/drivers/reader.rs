@@ -6,6 +6,7 @@
 //! one is looked up in the stream before judging: present means the delivery skipped it,
 //! absent (confirmed over time) means it is gone.
 
+use crate::faults::quiet::Why;
 use crate::jsapi;
 use crate::retry::{OpenWindow, Step};
 use crate::sdk;
@@ -206,7 +207,7 @@ async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Fou
                 Confirmation::Pending { ask_quiet } => {
                     ctx.suspicions.open(Suspect::ReadMissing, &json!({ "seq": seq }));
                     if ask_quiet {
-                        ctx.live.quiet.request(ctx.cfg.liveness.quiet, &format!("sequence {seq} absent, confirming"));
+                        ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, &format!("sequence {seq} absent, confirming"));
                     }
                     "absent, not yet for long enough".to_string()
                 }
@@ -243,6 +244,9 @@ async fn tail_look_up(ctx: &Ctx, client: &async_nats::Client, verifier: &mut Rea
     verifier.skip_to(to + 1);
 }
 
+/// How far behind the live reader must sometimes fall for the catch-up paths to matter.
+const FAR_BEHIND: u64 = 10_000;
+
 /// The catch-up liveness rule: whenever the reader is behind, it must reach the sequence it
 /// was behind (the last ack at that moment, or the final read's target) within a window
 /// of time WITHOUT PROGRESS: every message read starts the window over, so a long read
@@ -267,7 +271,12 @@ impl<'a> CatchUp<'a> {
             }
         }
         let goal = match until {
-            Until::Cancelled => Stats::get(&ctx.stats.last_acked_seq),
+            Until::Cancelled => {
+                let last = Stats::get(&ctx.stats.last_acked_seq);
+                let lag = last.saturating_sub(consumed);
+                sdk::above(Property::ConsumerFellFarBehind, lag, FAR_BEHIND, &json!({ "lag": lag, "consumed": consumed }));
+                last
+            }
             Until::Seq(last) => last,
         };
         let Some((target, w)) = &mut self.target else {

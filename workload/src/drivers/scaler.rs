@@ -12,14 +12,14 @@ use crate::sdk;
 use crate::state::{Ctx, Stats};
 use properties::scale::settled;
 use properties::Property;
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use crate::random::Chooser;
+use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
+pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
     let client = ctx.connect("scaler").await?;
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5CA1E);
     let choices = ctx.cfg.scale_choices(ctx.cluster.size);
     let schedule = ctx.cfg.schedule();
     let flip = schedule.flip_replicas;
@@ -27,7 +27,7 @@ pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
     let timeout = ctx.api_timeout();
     let (lo, hi) = (ctx.cfg.scale.interval_min, ctx.cfg.scale.interval_max);
     while !ctx.cancel.is_cancelled() {
-        let pause = lo + (hi - lo).mul_f64(rng.gen::<f64>());
+        let pause = rng.between("pause before a scale request", lo, hi);
         tokio::select! {
             _ = ctx.cancel.cancelled() => break,
             _ = tokio::time::sleep(pause) => {}
@@ -37,34 +37,37 @@ pub async fn run(ctx: Arc<Ctx>, seed: u64) -> anyhow::Result<()> {
             let now = Stats::get(&ctx.stats.replicas) as usize;
             if now > 1 { 1 } else { choices.iter().copied().max().unwrap_or(1) }
         } else {
-            choices[rng.gen_range(0..choices.len())]
+            rng.pick("replica count", &choices)
         };
         let Some(from) = scale(&ctx, &client, target, timeout).await else { break };
-        note_transition(from, target);
-        if choices.len() > 1 && rng.gen_bool(ctx.cfg.scale.back_to_back_probability) {
+        note_transition(&ctx, from, target).await;
+        if choices.len() > 1 && rng.chance("second request back to back", ctx.cfg.scale.back_to_back_probability) {
             let first = target;
             while target == first {
-                target = choices[rng.gen_range(0..choices.len())];
+                target = rng.pick("second replica count", &choices);
             }
             if scale(&ctx, &client, target, timeout).await.is_none() {
                 break;
             }
             sdk::hold(Property::ScaleRequestedBackToBack);
-            note_transition(first, target);
+            note_transition(&ctx, first, target).await;
         }
-        if rng.gen_bool(wait_probability) {
+        if rng.chance("wait until settled", wait_probability) {
             wait_settled(&ctx, &client, target).await;
         }
     }
     Ok(())
 }
 
-fn note_transition(from: usize, to: usize) {
-    if from > 1 && to == 1 {
-        sdk::hold(Property::StreamScaledDownToR1);
-    }
-    if from == 1 && to > 1 {
-        sdk::hold(Property::StreamScaledUpFromR1);
+/// Every request is an evaluation of the R1 switches, with its real condition: how often
+/// they happen is what Antithesis sees.
+async fn note_transition(ctx: &Ctx, from: usize, to: usize) {
+    let details = json!({ "from": from, "to": to });
+    sdk::check(Property::StreamScaledDownToR1, from > 1 && to == 1, &details);
+    sdk::check(Property::StreamScaledUpFromR1, from == 1 && to > 1, &details);
+    if to == 1 && !ctx.cluster.monitor_urls.is_empty() {
+        let sick = unhealthy(&http_client(), &ctx.cluster.monitor_urls).await;
+        sdk::check(Property::ScaleToR1WhileANodeWasDown, !sick.is_empty(), &json!({ "from": from, "unhealthy": sick }));
     }
 }
 
@@ -110,6 +113,8 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
         return false;
     }
     let ms = started.elapsed().as_millis() as u64;
+    let half_window = ctx.cfg.liveness.window.as_millis() as u64 / 2;
+    sdk::above(Property::ScaleSettledSlowly, ms, half_window, &json!({ "replicas": replicas, "settle_ms": ms }));
     Stats::add(&ctx.stats.scales_settled, 1);
     Stats::add(&ctx.stats.settle_ms_total, ms);
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);

@@ -16,7 +16,8 @@ use crate::faults::docker::DockerNodes;
 use crate::faults::targets;
 use crate::view::{ClusterView, Role};
 use nix::sys::signal::Signal;
-use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use crate::random::{Chooser, Source};
+use rand::{seq::SliceRandom, Rng};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -145,7 +146,7 @@ pub struct Injector {
     target: Target,
     cfg: Config,
     schedule: Schedule,
-    rng: StdRng,
+    rng: Chooser,
     origin: Instant,
     pub log: Arc<FaultLog>,
     active: Vec<Active>,
@@ -154,13 +155,13 @@ pub struct Injector {
 }
 
 impl Injector {
-    pub fn new(target: impl Into<Target>, cfg: Config, seed: u64, log: Arc<FaultLog>) -> Self {
+    pub fn new(target: impl Into<Target>, cfg: Config, source: Source, log: Arc<FaultLog>) -> Self {
         let schedule = cfg.schedule();
         Self {
             target: target.into(),
             cfg,
             schedule,
-            rng: StdRng::seed_from_u64(seed ^ 0xFA_u64),
+            rng: source.chooser(0xFA),
             origin: Instant::now(),
             log,
             active: Vec::new(),

@@ -1,0 +1,150 @@
+//! Where the workload's choices come from. One place decides: under Antithesis every
+//! choice is a call into its random source, so each is a point where Antithesis can branch a
+//! timeline (seeding one PRNG from it once would replay the same schedule in every branch).
+//! Elsewhere a PRNG seeded from `--seed` (or from a random seed, printed and reported) makes
+//! a run reproducible choice for choice. A given `--seed` always wins.
+
+use antithesis_sdk::random::AntithesisRng;
+use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// The origin of every choice in one process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Antithesis's random source, call by call.
+    Antithesis,
+    /// A PRNG per purpose, seeded from this.
+    Seeded(u64),
+}
+
+impl Source {
+    /// `seed` is `--seed`. Without it, Antithesis's source when running under Antithesis
+    /// (the SDK finds its library there) or when `WORKLOAD_RANDOM=antithesis` asks for it,
+    /// else a random seed.
+    pub fn decide(seed: Option<u64>) -> Source {
+        match seed {
+            Some(seed) => Source::Seeded(seed),
+            None if under_antithesis() => Source::Antithesis,
+            None => Source::Seeded(antithesis_sdk::random::get_random()),
+        }
+    }
+
+    /// The seed of a seeded source; under Antithesis one draw from its source (payload
+    /// contents and the run id need no branching, only reproducing from the report).
+    pub fn seed(self) -> u64 {
+        match self {
+            Source::Seeded(seed) => seed,
+            Source::Antithesis => antithesis_sdk::random::get_random(),
+        }
+    }
+
+    /// The choices of one purpose (`salt` keeps purposes apart when seeded).
+    pub fn chooser(self, salt: u64) -> Chooser {
+        match self {
+            Source::Antithesis => Chooser { steered: true, rng: Inner::Steered(AntithesisRng) },
+            Source::Seeded(seed) => Chooser { steered: false, rng: Inner::Seeded(StdRng::seed_from_u64(seed ^ salt)) },
+        }
+    }
+}
+
+fn under_antithesis() -> bool {
+    std::env::var("WORKLOAD_RANDOM").is_ok_and(|v| v == "antithesis") || std::path::Path::new("/usr/lib/libvoidstar.so").exists()
+}
+
+enum Inner {
+    Steered(AntithesisRng),
+    Seeded(StdRng),
+}
+
+/// A random number generator for one purpose that also names its choices: when steered by
+/// Antithesis each named choice is sent to the SDK's output as a `workload_choice` event, so
+/// a report shows what each branch chose.
+pub struct Chooser {
+    steered: bool,
+    rng: Inner,
+}
+
+impl Chooser {
+    /// One of `options`.
+    pub fn pick<T: Copy + serde::Serialize>(&mut self, what: &str, options: &[T]) -> T {
+        let choice = options[self.gen_range(0..options.len())];
+        self.tell(what, json!(choice));
+        choice
+    }
+
+    /// True with probability `p`.
+    pub fn chance(&mut self, what: &str, p: f64) -> bool {
+        let yes = self.gen_bool(p.clamp(0.0, 1.0));
+        self.tell(what, json!(yes));
+        yes
+    }
+
+    /// A duration in `[lo, hi]`.
+    pub fn between(&mut self, what: &str, lo: Duration, hi: Duration) -> Duration {
+        let d = lo + hi.saturating_sub(lo).mul_f64(self.gen::<f64>());
+        self.tell(what, json!(d.as_secs_f64()));
+        d
+    }
+
+    fn tell(&self, what: &str, value: Value) {
+        if self.steered {
+            antithesis_sdk::lifecycle::send_event("workload_choice", &json!({ "what": what, "value": value }));
+        }
+    }
+}
+
+impl RngCore for Chooser {
+    fn next_u32(&mut self) -> u32 {
+        match &mut self.rng {
+            Inner::Steered(r) => r.next_u32(),
+            Inner::Seeded(r) => r.next_u32(),
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        match &mut self.rng {
+            Inner::Steered(r) => r.next_u64(),
+            Inner::Seeded(r) => r.next_u64(),
+        }
+    }
+
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        match &mut self.rng {
+            Inner::Steered(r) => r.fill_bytes(dest),
+            Inner::Seeded(r) => r.fill_bytes(dest),
+        }
+    }
+
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand::Error> {
+        self.fill_bytes(dest);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_reproduces_every_choice_and_purposes_differ() {
+        let draw = |salt| {
+            let mut c = Source::Seeded(7).chooser(salt);
+            (0..20).map(|_| c.pick("n", &[1, 2, 3, 4, 5])).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(1), draw(1));
+        assert_ne!(draw(1), draw(2));
+        assert_eq!(Source::decide(Some(9)), Source::Seeded(9), "a given seed always wins");
+        assert_eq!(Source::Seeded(9).seed(), 9);
+    }
+
+    #[test]
+    fn choices_stay_in_range() {
+        let mut c = Source::Antithesis.chooser(0);
+        for _ in 0..100 {
+            let d = c.between("d", Duration::from_secs(1), Duration::from_secs(2));
+            assert!((Duration::from_secs(1)..=Duration::from_secs(2)).contains(&d));
+        }
+        assert!(!c.chance("never", 0.0));
+    }
+}
