@@ -42,8 +42,8 @@ impl Source {
     /// The choices of one purpose (`salt` keeps purposes apart when seeded).
     pub fn chooser(self, salt: u64) -> Chooser {
         match self {
-            Source::Antithesis => Chooser { steered: true, rng: Inner::Steered(AntithesisRng) },
-            Source::Seeded(seed) => Chooser { steered: false, rng: Inner::Seeded(StdRng::seed_from_u64(seed ^ salt)) },
+            Source::Antithesis => Chooser { seeded: None },
+            Source::Seeded(seed) => Chooser { seeded: Some(StdRng::seed_from_u64(seed ^ salt)) },
         }
     }
 }
@@ -52,17 +52,12 @@ fn under_antithesis() -> bool {
     std::env::var("WORKLOAD_RANDOM").is_ok_and(|v| v == "antithesis") || std::path::Path::new("/usr/lib/libvoidstar.so").exists()
 }
 
-enum Inner {
-    Steered(AntithesisRng),
-    Seeded(StdRng),
-}
-
 /// A random number generator for one purpose that also names its choices: when steered by
 /// Antithesis each named choice is sent to the SDK's output as a `workload_choice` event, so
 /// a report shows what each branch chose.
 pub struct Chooser {
-    steered: bool,
-    rng: Inner,
+    /// None: every draw is a call into Antithesis's source.
+    seeded: Option<StdRng>,
 }
 
 impl Chooser {
@@ -88,7 +83,7 @@ impl Chooser {
     }
 
     fn tell(&self, what: &str, value: Value) {
-        if self.steered {
+        if self.seeded.is_none() {
             antithesis_sdk::lifecycle::send_event("workload_choice", &json!({ "what": what, "value": value }));
         }
     }
@@ -96,23 +91,23 @@ impl Chooser {
 
 impl RngCore for Chooser {
     fn next_u32(&mut self) -> u32 {
-        match &mut self.rng {
-            Inner::Steered(r) => r.next_u32(),
-            Inner::Seeded(r) => r.next_u32(),
+        match &mut self.seeded {
+            Some(r) => r.next_u32(),
+            None => AntithesisRng.next_u32(),
         }
     }
 
     fn next_u64(&mut self) -> u64 {
-        match &mut self.rng {
-            Inner::Steered(r) => r.next_u64(),
-            Inner::Seeded(r) => r.next_u64(),
+        match &mut self.seeded {
+            Some(r) => r.next_u64(),
+            None => AntithesisRng.next_u64(),
         }
     }
 
     fn fill_bytes(&mut self, dest: &mut [u8]) {
-        match &mut self.rng {
-            Inner::Steered(r) => r.fill_bytes(dest),
-            Inner::Seeded(r) => r.fill_bytes(dest),
+        match &mut self.seeded {
+            Some(r) => r.fill_bytes(dest),
+            None => AntithesisRng.fill_bytes(dest),
         }
     }
 
