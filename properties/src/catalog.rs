@@ -95,11 +95,17 @@ macro_rules! for_each_property {
              "the ordered consumer was recreated (by the client or by the reader) and reading went on")
             (QuietPeriodRequested, reachable, "liveness-quiet-period-requested",
              "a liveness window ran long enough to ask for faults to pause")
+            (OperatorSteppedDownALeader, reachable, "operator-stepped-down-a-stream-leader",
+             "the operator command made a stream leader step down while its driver ran")
+            (StreamRetiredAfterFullCheck, reachable, "stream-retired-after-a-full-check",
+             "a finished driver verified its whole stream, every replica agreeing, and retired it")
             (SetupCompleted, reachable, "setup-completed",
              "the cluster was reachable and healthy before the drivers started")
             // Must never happen.
             (WorkloadNeverPanics, unreachable, "workload-never-panics",
              "the workload process panicked")
+            (DriverRecordUnreadable, unreachable, "driver-record-unreadable",
+             "a driver's record on the shared volume could not be read (it is skipped, the rest verified)")
         }
     };
 }

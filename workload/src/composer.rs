@@ -7,11 +7,15 @@
 use crate::config::Config;
 use crate::drivers::monitor::judge_stream;
 use crate::faults::QuietRequests;
+use crate::jsapi;
+use crate::random::Source;
 use crate::records::{Record, StateDir};
 use crate::sdk;
-use crate::state::{ClusterAddr, Ctx};
+use crate::state::{names, ClusterAddr, Ctx};
 use crate::verify::{self, first_contact, recovered};
 use properties::payload::RunMessages;
+use properties::Property;
+use rand::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -43,17 +47,28 @@ pub async fn entrypoint(cfg: &Config, cluster: &ClusterAddr, stop: CancellationT
     Ok(())
 }
 
-/// Verifies every recorded stream (eventually_ and finally_): a healthy cluster, each stream
-/// there and covering its acks, settled where its driver finished, every acknowledged message
-/// read back with its content, every replica equal to the leader. Returns one summary per
-/// stream for the report.
+/// The records on the volume; each unreadable one is reported (`driver-record-unreadable`)
+/// and skipped, so the others are still verified.
+fn readable_records(state: &StateDir) -> anyhow::Result<Vec<Record>> {
+    let (records, bad) = state.records()?;
+    for b in bad {
+        sdk::check(Property::DriverRecordUnreadable, true, &json!({ "file": b.file, "error": b.error }));
+    }
+    Ok(records)
+}
+
+/// Verifies every recorded stream (eventually_ and finally_; Antithesis has stopped every
+/// other command first): a healthy cluster, each stream there and covering its acks,
+/// settled where its driver finished, every acknowledged message read back with its
+/// content, every replica equal to the leader. A stream its driver retired was verified in
+/// full already and is gone. Returns one summary per stream for the report.
 pub async fn verify(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop: CancellationToken) -> anyhow::Result<Vec<Value>> {
-    let records = state.records()?;
+    let records = readable_records(state)?;
     let (started, quiet) = (Instant::now(), QuietRequests::new(cfg.liveness.window));
     tracing::info!(streams = records.len(), "verifying every recorded stream");
     let probe = probe_ctx(cfg, cluster, started, &quiet, stop.child_token());
     if !recovered(&probe, &stop).await {
-        for r in &records {
+        for r in records.iter().filter(|r| !r.retired) {
             verify::unanswered(&record_ctx(cfg, cluster, r, started, &quiet, stop.child_token()), "the cluster never became healthy");
         }
         return Ok(Vec::new());
@@ -64,7 +79,11 @@ pub async fn verify(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop:
             break;
         }
         let ctx = Arc::new(record_ctx(cfg, cluster, &r, started, &quiet, stop.child_token()));
-        let check = verify::final_verification(&ctx, r.finished).await;
+        if r.retired {
+            summaries.push(json!({ "stream": ctx.stream, "retired": true, "last_acked": r.last_acked }));
+            continue;
+        }
+        let check = verify::final_verification(&ctx, r.finished, true).await;
         let open = r.open_suspicions.iter().map(|s| (*s, Value::Null)).collect::<BTreeMap<_, _>>();
         summaries.push(json!({
             "stream": ctx.stream,
@@ -80,9 +99,9 @@ pub async fn verify(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop:
 /// every acknowledged message (nobody watches it any more otherwise until finally_). Each
 /// stream is looked at until its state is whole, or a bad state is confirmed over
 /// `liveness.quiet`, or a liveness window passes without either (unknown); a stream
-/// without a leader judges nothing.
+/// without a leader judges nothing, and one whose driver retires it meanwhile is dropped.
 pub async fn watch_at_rest(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop: CancellationToken) -> anyhow::Result<Vec<Value>> {
-    let records: Vec<Record> = state.records()?.into_iter().filter(|r| r.finished).collect();
+    let records: Vec<Record> = readable_records(state)?.into_iter().filter(|r| r.finished && !r.retired).collect();
     let (started, quiet) = (Instant::now(), QuietRequests::new(cfg.liveness.window));
     let probe = probe_ctx(cfg, cluster, started, &quiet, stop.child_token());
     // Connects in the background: an unreachable cluster makes each stream's look unknown.
@@ -90,9 +109,44 @@ pub async fn watch_at_rest(cfg: &Config, cluster: &ClusterAddr, state: &StateDir
     let mut summaries = Vec::new();
     for r in records {
         let ctx = record_ctx(cfg, cluster, &r, started, &quiet, stop.child_token());
-        let outcome = judge_stream(&ctx, &client, r.last_acked, &stop).await;
-        summaries.push(json!({ "stream": ctx.stream, "last_acked": r.last_acked, "stream_state": outcome }));
+        let wanted = || state.record(&r.run_id).is_none_or(|now| !now.retired);
+        let outcome = judge_stream(&ctx, &client, r.last_acked, &stop, &wanted).await;
+        summaries.push(json!({ "stream": ctx.stream, "last_acked": r.last_acked, "stream_state": outcome.map_or(json!("retired"), |o| json!(o)) }));
     }
     Ok(summaries)
+}
+
+/// singleton_driver_: an operator acting on the streams other drivers are using, for
+/// `duration`: every few seconds it makes the leader of a running driver's stream step
+/// down, so leader changes land in the middle of pipelined publishing and reading.
+pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, source: Source, duration: std::time::Duration, stop: CancellationToken) -> anyhow::Result<Value> {
+    let ctx = probe_ctx(cfg, cluster, Instant::now(), &QuietRequests::new(cfg.liveness.window), stop.clone());
+    let client = ctx.connect("operator").await?;
+    let mut rng = source.chooser(0x0BE);
+    let (mut asked, mut done) = (0u64, 0u64);
+    let end = Instant::now() + duration;
+    while Instant::now() < end && !stop.is_cancelled() {
+        let pause = rng.between("operator pause", std::time::Duration::from_secs(1), std::time::Duration::from_secs(10));
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(pause.min(end.saturating_duration_since(Instant::now()))) => {}
+        }
+        let running: Vec<String> = state.records()?.0.into_iter().filter(|r| !r.finished).map(|r| r.run_id).collect();
+        if running.is_empty() {
+            continue;
+        }
+        let run_id = running[rng.gen_range(0..running.len())].clone();
+        let (stream, _) = names(&run_id);
+        asked += 1;
+        match jsapi::request(&client, &format!("STREAM.LEADER.STEPDOWN.{stream}"), &Value::Null, ctx.api_timeout()).await {
+            Ok(_) => {
+                done += 1;
+                sdk::check(Property::OperatorSteppedDownALeader, true, &json!({ "stream": stream }));
+            }
+            // Under faults a stepdown may find no leader or time out: nothing to judge.
+            Err(e) => tracing::info!(%stream, "stepdown not done: {e}"),
+        }
+    }
+    Ok(json!({ "stepdowns_asked": asked, "stepdowns_done": done }))
 }
 

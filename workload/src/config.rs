@@ -225,11 +225,28 @@ pub struct ComposerConfig {
     pub driver_min: Duration,
     #[serde(with = "humantime_serde")]
     pub driver_max: Duration,
+    /// A driver draws its payload size from these (unless --payload-size is given).
+    pub payload_sizes: Vec<usize>,
+    /// A driver draws its publishes in flight from these (unless --in-flight is given).
+    pub in_flight: Vec<usize>,
+    /// A driver draws the replica count it creates its stream with from these; empty
+    /// means 1 ..= min(3, cluster size).
+    pub initial_replicas: Vec<usize>,
+    /// A finished driver verifies its whole stream and, when everything held, deletes it
+    /// (the record stays): the verifying commands' work does not grow with the timeline.
+    pub retire_verified: bool,
 }
 
 impl Default for ComposerConfig {
     fn default() -> Self {
-        Self { driver_min: Duration::from_secs(10), driver_max: Duration::from_secs(120) }
+        Self {
+            driver_min: Duration::from_secs(10),
+            driver_max: Duration::from_secs(120),
+            payload_sizes: vec![16, 128, 1024, 8192],
+            in_flight: vec![1, 16, 64, 256],
+            initial_replicas: Vec::new(),
+            retire_verified: true,
+        }
     }
 }
 
@@ -344,8 +361,21 @@ impl Config {
                 return Err(bad(field, "must be within 0 ..= 1"));
             }
         }
-        if self.composer.driver_min > self.composer.driver_max {
+        let cm = &self.composer;
+        if cm.driver_min > cm.driver_max {
             return Err(bad("composer.driver_min", "must not exceed composer.driver_max"));
+        }
+        if cm.payload_sizes.is_empty() || cm.payload_sizes.iter().any(|s| *s == 0 || *s > 1024 * 1024) {
+            return Err(bad("composer.payload_sizes", "must name sizes within 1 ..= 1048576"));
+        }
+        if cm.in_flight.is_empty() || cm.in_flight.iter().any(|n| *n == 0 || *n > 4096) {
+            return Err(bad("composer.in_flight", "must name depths within 1 ..= 4096"));
+        }
+        if !p.expected_last_sequence && cm.in_flight.iter().any(|n| *n > 1) {
+            return Err(bad("composer.in_flight", "must be [1] when publish.expected_last_sequence is false"));
+        }
+        if let Some(r) = cm.initial_replicas.iter().find(|r| **r == 0 || **r > max) {
+            return Err(bad("composer.initial_replicas", format!("{r} is outside 1 ..= {max}")));
         }
         if self.faults.schedule().is_none() {
             let known: Vec<String> = self.profiles().into_keys().collect();

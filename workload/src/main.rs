@@ -91,12 +91,16 @@ enum Step {
     /// parallel_driver_*: publish, read and scale a stream of its own for a random time
     /// (composer.driver_min ..= driver_max, or --duration), recording what was acknowledged.
     Driver(ComposerArgs),
-    /// eventually_*: verify every recorded stream (faults are paused; drivers may still run).
+    /// eventually_*: verify every recorded stream (Antithesis has stopped the other
+    /// commands and paused faults; the branch ends after it).
     Eventually(ComposerArgs),
     /// finally_*: verify every recorded stream once every driver has ended.
     Finally(ComposerArgs),
     /// anytime_*: under faults, every finished driver's stream still holds its acks.
     Anytime(ComposerArgs),
+    /// singleton_driver_*: an operator making the leaders of running drivers' streams step
+    /// down, for a random time (composer.driver_min ..= driver_max, or --duration).
+    Operator(ComposerArgs),
 }
 
 #[derive(Args, Debug)]
@@ -195,7 +199,7 @@ impl Command {
 impl Step {
     fn args(&self) -> &ComposerArgs {
         match self {
-            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) => a,
+            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) | Step::Operator(a) => a,
         }
     }
 
@@ -206,6 +210,7 @@ impl Step {
             Step::Eventually(_) => Phase::Eventually,
             Step::Finally(_) => Phase::Finally,
             Step::Anytime(_) => Phase::Anytime,
+            Step::Operator(_) => Phase::Operator,
         }
     }
 
@@ -222,6 +227,7 @@ enum Phase {
     Eventually,
     Finally,
     Anytime,
+    Operator,
 }
 
 impl Phase {
@@ -232,6 +238,7 @@ impl Phase {
             Phase::Eventually => "eventually",
             Phase::Finally => "finally",
             Phase::Anytime => "anytime",
+            Phase::Operator => "operator",
         }
     }
 }
@@ -318,7 +325,28 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     }
 }
 
+/// Which of a composer driver's knobs it draws itself (those no flag or variable set).
+struct Knobs {
+    payload_size: bool,
+    in_flight: bool,
+}
+
+/// A composer driver draws its payload size, publishes in flight and initial replica count
+/// per invocation (from the `composer.*` lists), so Antithesis can combine them.
+fn draw_knobs(cfg: &mut Config, knobs: &Knobs, cluster_size: usize, source: &Source) {
+    let mut rng = source.chooser(0xC0B);
+    if knobs.payload_size {
+        cfg.publish.payload_size = rng.pick("payload size", &cfg.composer.payload_sizes);
+    }
+    if knobs.in_flight {
+        cfg.publish.in_flight = rng.pick("publishes in flight", &cfg.composer.in_flight);
+    }
+    let replicas = if cfg.composer.initial_replicas.is_empty() { (1..=cluster_size.clamp(1, 3)).collect() } else { cfg.composer.initial_replicas.clone() };
+    cfg.stream.initial_replicas = rng.pick("initial replicas", &replicas);
+}
+
 async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<ExitCode> {
+    let mut cfg = cfg;
     let stop = CancellationToken::new();
     tokio::spawn(stop_on_signal(stop.clone()));
     let cluster_size = command.cluster_size();
@@ -327,6 +355,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let seed = source.seed();
     let run_id = command.common().run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
     let duration = command.common().duration;
+    let knobs = Knobs { payload_size: command.common().payload_size.is_none(), in_flight: command.common().in_flight.is_none() };
     let (addr, server_version, target, composer) = match command {
         Command::Local { nodes, nats_server, .. } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
@@ -354,7 +383,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         Command::Composer { step } => {
             let phase = step.phase();
             let ComposerArgs { cluster, state, .. } = match step {
-                Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) => a,
+                Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) | Step::Operator(a) => a,
             };
             let addr = ClusterAddr { servers: cluster.servers, monitor_urls: cluster.monitor, size: cluster_size };
             (addr, None, None, Some((phase, StateDir(state))))
@@ -399,6 +428,12 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 }
             });
         }
+        Some((Phase::Operator, state)) => {
+            let started = std::time::Instant::now();
+            facts["command"] = json!("operator");
+            facts["operations"] = composer::operator(&cfg, &addr, &state, source, duration, stop).await?;
+            facts["elapsed_s"] = json!(started.elapsed().as_secs_f64());
+        }
         Some((phase @ (Phase::Eventually | Phase::Finally | Phase::Anytime), state)) => {
             let started = std::time::Instant::now();
             let streams = if phase == Phase::Anytime {
@@ -412,6 +447,10 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         }
         driver => {
             let is_driver = driver.is_some();
+            if is_driver {
+                draw_knobs(&mut cfg, &knobs, cluster_size, &source);
+                facts["config"] = json!(cfg);
+            }
             let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state) };
             tracing::info!(seed, run_id, ?duration, "run starting");
             let finished = match run::run(spec, stop).await {

@@ -2,8 +2,13 @@
 //! driver records which stream it used and how far its acknowledgements got, so that the
 //! eventually_ and finally_ commands can verify every stream from its record alone.
 
+use crate::jsapi;
+use crate::sdk;
 use crate::state::{Ctx, Stats, Suspect};
+use crate::verify::{final_verification, FinalCheck};
+use properties::Property;
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +29,17 @@ pub struct Record {
     /// Suspicions still open when the driver stopped: the verifying commands answer them.
     #[serde(default)]
     pub open_suspicions: Vec<Suspect>,
+    /// The driver verified its finished stream in full, then deleted it: nothing is left to
+    /// look at (the record stays, for the report).
+    #[serde(default)]
+    pub retired: bool,
+}
+
+/// A record file that could not be read.
+#[derive(Clone, Debug, Serialize)]
+pub struct Unreadable {
+    pub file: String,
+    pub error: String,
 }
 
 /// The directory the commands share.
@@ -45,32 +61,47 @@ impl StateDir {
         Ok(())
     }
 
-    /// Every record, in run-id order (run ids are seed-derived, not chronological); none when
-    /// no driver has run yet.
-    pub fn records(&self) -> anyhow::Result<Vec<Record>> {
+    /// Every record, in run-id order (run ids are seed-derived, not chronological), and
+    /// the files that could not be read as records (the others are still returned).
+    pub fn records(&self) -> anyhow::Result<(Vec<Record>, Vec<Unreadable>)> {
         let dir = self.streams();
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
             Err(e) => anyhow::bail!("cannot read {}: {e}", dir.display()),
         };
-        let mut records = Vec::new();
+        let (mut records, mut bad) = (Vec::new(), Vec::new());
         for entry in entries {
             let path = entry?.path();
             if path.extension().is_some_and(|e| e == "json") {
-                let text = std::fs::read_to_string(&path)?;
-                let r: Record = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("bad record {}: {e}", path.display()))?;
-                records.push(r);
+                match read(&path) {
+                    Ok(r) => records.push(r),
+                    Err(error) => bad.push(Unreadable { file: path.display().to_string(), error }),
+                }
             }
         }
         records.sort_by(|a, b| a.run_id.cmp(&b.run_id));
-        Ok(records)
+        Ok((records, bad))
     }
+
+    /// The record of `run_id` as it is now, if readable.
+    pub fn record(&self, run_id: &str) -> Option<Record> {
+        read(&self.streams().join(format!("{run_id}.json"))).ok()
+    }
+}
+
+fn read(path: &std::path::Path) -> Result<Record, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
 }
 
 /// Writes the driver's record now.
 pub fn record(ctx: &Ctx, state: &StateDir, finished: bool) -> anyhow::Result<()> {
-    state.write(&Record {
+    state.write(&current(ctx, finished))
+}
+
+fn current(ctx: &Ctx, finished: bool) -> Record {
+    Record {
         run_id: ctx.run.run_id.clone(),
         seed: ctx.run.seed,
         payload_size: ctx.run.payload_size,
@@ -78,7 +109,33 @@ pub fn record(ctx: &Ctx, state: &StateDir, finished: bool) -> anyhow::Result<()>
         replicas: Stats::get(&ctx.stats.replicas),
         finished,
         open_suspicions: ctx.suspicions.open_now(),
-    })
+        retired: false,
+    }
+}
+
+/// A finished driver's own last word on its stream: the full final verification (without
+/// pausing faults: other drivers go on). When every question held, the record is marked
+/// retired first (so no command looks at the stream any more) and the stream is deleted:
+/// a long timeline's verifying commands do not grow with it. Otherwise the stream stays
+/// for the eventually_ and finally_ commands.
+pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir) -> FinalCheck {
+    let check = final_verification(ctx, true, false).await;
+    if !check.all_held() {
+        return check;
+    }
+    let retired = Record { retired: true, ..current(ctx, true) };
+    if let Err(e) = state.write(&retired) {
+        tracing::warn!("cannot mark {} retired: {e:#}", ctx.stream);
+        return check;
+    }
+    sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": ctx.stream, "verified": check.verified }));
+    let Ok(client) = ctx.connect("retire").await else { return check };
+    let api = format!("STREAM.DELETE.{}", ctx.stream);
+    let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
+    if let Err(e) = ctx.live.attempt("retire stream", &ctx.cancel, delete).await {
+        tracing::warn!(stream = %ctx.stream, "retired, but the stream could not be deleted: {e}");
+    }
+    check
 }
 
 /// Keeps the driver's record current while it runs, so a driver that is killed still
@@ -103,15 +160,18 @@ mod tests {
     fn records_round_trip_and_refuse_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir(dir.path().to_path_buf());
-        assert!(state.records().unwrap().is_empty(), "no driver ran yet");
-        let r = Record { run_id: "b1".into(), seed: 7, payload_size: 128, last_acked: 42, replicas: 3, finished: false, open_suspicions: vec![] };
+        assert!(state.records().unwrap().0.is_empty(), "no driver ran yet");
+        let r = Record { run_id: "b1".into(), seed: 7, payload_size: 128, last_acked: 42, replicas: 3, finished: false, open_suspicions: vec![], retired: false };
         state.write(&r).unwrap();
         state.write(&Record { last_acked: 43, finished: true, ..r.clone() }).unwrap();
         state.write(&Record { run_id: "a0".into(), ..r.clone() }).unwrap();
-        let got = state.records().unwrap();
+        let (got, bad) = state.records().unwrap();
         assert_eq!(got.iter().map(|r| (r.run_id.as_str(), r.last_acked)).collect::<Vec<_>>(), [("a0", 42), ("b1", 43)]);
+        assert!(bad.is_empty());
         std::fs::write(dir.path().join("streams/c2.json"), "{\"run_id\": 1}").unwrap();
-        let err = state.records().unwrap_err().to_string();
-        assert!(err.contains("c2.json"), "{err}");
+        let (got, bad) = state.records().unwrap();
+        assert_eq!(got.len(), 2, "the readable ones are still there");
+        assert!(bad[0].file.ends_with("c2.json"), "{bad:?}");
+        assert_eq!(state.record("b1").unwrap().last_acked, 43);
     }
 }

@@ -96,13 +96,14 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         if let Err(e) = records::record(&ctx, state, true) {
             tracing::error!("cannot record the run in {}: {e:#}", state.0.display());
         }
-        return Ok(Finished { elapsed: started.elapsed(), ctx, check: None, suspicions_at_stop: Vec::new(), quiet });
+        let check = if ctx.cfg.composer.retire_verified { Some(records::check_and_retire(&ctx, state).await) } else { None };
+        return Ok(Finished { elapsed: started.elapsed(), ctx, check, suspicions_at_stop: Vec::new(), quiet });
     }
     let open = ctx.suspicions.take();
     if !open.is_empty() {
         tracing::info!(?open, "suspicions open when the drivers stopped: the final verification answers them");
     }
-    let check = final_verification(&ctx, true).await;
+    let check = final_verification(&ctx, true, true).await;
     let suspicions_at_stop = check.answer(open);
     Ok(Finished { elapsed: started.elapsed(), ctx, check: Some(check), suspicions_at_stop, quiet })
 }

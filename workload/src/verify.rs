@@ -87,6 +87,11 @@ pub fn unanswered(ctx: &Ctx, why: &str) -> FinalCheck {
 }
 
 impl FinalCheck {
+    /// Every question held: the stream can be retired.
+    pub fn all_held(&self) -> bool {
+        self.stream == Outcome::Held && self.read == Outcome::Held && self.replicas.is_none_or(|r| r == Outcome::Held)
+    }
+
     fn unknown(last_acked: u64) -> Self {
         let u = Outcome::Unknown;
         FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u) }
@@ -117,18 +122,22 @@ impl FinalCheck {
 /// With faults paused: the cluster heals, the stream still covers every ack, the last
 /// requested replica count settles (when `settle`: nobody scales it any more), a full read
 /// verifies 1 ..= last ack, and every replica equals the leader. Every question ends held,
-/// failed or unknown; an unknown is reported as such, never as held.
-pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool) -> FinalCheck {
+/// failed or unknown; an unknown is reported as such, never as held. `ask_quiet`: pause
+/// faults for it (not for a composer driver's own check while other drivers run).
+pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -> FinalCheck {
     let cancel = CancellationToken::new();
     let last_acked = Stats::get(&ctx.stats.last_acked_seq);
     tracing::info!(last_acked, "final verification");
-    ctx.live.quiet.request(Why::FinalVerification, ctx.cfg.liveness.window, "final verification");
+    if ask_quiet {
+        ctx.live.quiet.request(Why::FinalVerification, ctx.cfg.liveness.window, "final verification");
+    }
     let ctx = ctx.with_cancel(&cancel, true);
     if !recovered(&ctx, &cancel).await {
         return unanswered(&ctx, "the cluster never became healthy");
     }
     let Ok(client) = ctx.connect("final").await else { return unanswered(&ctx, "no connection") };
-    let mut check = FinalCheck { healthy: true, stream: judge_stream(&ctx, &client, last_acked, &cancel).await, ..FinalCheck::unknown(last_acked) };
+    let stream = judge_stream(&ctx, &client, last_acked, &cancel, &|| true).await.unwrap_or(Outcome::Unknown);
+    let mut check = FinalCheck { healthy: true, stream, ..FinalCheck::unknown(last_acked) };
     if check.stream == Outcome::Failed && stream_gone(&ctx, &client).await {
         sdk::check(Property::AckedMessageNeverLost, false, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked,
             "observed_by": "final verification: the stream no longer exists, so no acknowledged message can be read back" }));

@@ -178,7 +178,7 @@ fn in_container(script: &str) -> String {
 #[test]
 fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through_a_node_kill() {
     snouty_validate();
-    let t = Topology::new(root().join("config"), "nats-workload-antithesis");
+    let t = Topology::new(root().join("config/antithesis"), "nats-workload-antithesis");
     t.ok(&["up", "-d"]);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !in_container("cat /state/runs/entrypoint-*/sdk.jsonl 2>/dev/null").contains("antithesis_setup") {
@@ -186,33 +186,52 @@ fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through
         std::thread::sleep(Duration::from_secs(1));
     }
 
-    // Two drivers at once; a node container is killed during them and started again.
-    let drivers: Vec<_> = (0..2)
-        .map(|_| std::thread::spawn(|| composer("parallel_driver_publish_read_scale.sh", &["--duration", "45s"])))
-        .collect();
+    // A pipelined driver, a one-at-a-time driver and the leader-stepping operator at once;
+    // a node container is killed during them and started again.
+    const COMMANDS: [(&str, &str); 3] = [
+        ("parallel_driver_publish_read_scale.sh", "45s"),
+        ("parallel_driver_publish_one_at_a_time.sh", "45s"),
+        ("singleton_driver_step_down_leaders.sh", "35s"),
+    ];
+    let running: Vec<_> = COMMANDS.iter().map(|(cmd, d)| std::thread::spawn(move || composer(cmd, &["--duration", d]))).collect();
     std::thread::sleep(Duration::from_secs(15));
     assert!(docker(&["kill", "n2"]).status.success());
     std::thread::sleep(Duration::from_secs(10));
     assert!(docker(&["start", "n2"]).status.success());
-    for d in drivers {
-        let (ok, out) = d.join().unwrap();
+    for c in running {
+        let (ok, out) = c.join().unwrap();
         assert!(ok, "a driver exits 0:\n{out}");
     }
+    let reports = |glob: &str| -> Vec<Value> {
+        serde_json::Deserializer::from_str(&in_container(&format!("cat /state/runs/{glob}/report.json"))).into_iter().map(Result::unwrap).collect()
+    };
+    let drivers = reports("driver-*");
+    assert_eq!(drivers.len(), 2, "{drivers:?}");
+    let operator = &reports("operator-*")[0];
+    assert!(operator["operations"]["stepdowns_asked"].as_u64().unwrap() >= 1, "the operator acted: {operator}");
     let (ok, out) = composer("anytime_finished_streams_intact.sh", &[]);
     assert!(ok, "anytime_ exits 0:\n{out}");
-    let report: Value = serde_json::from_str(&in_container("cat /state/runs/anytime-*/report.json")).unwrap();
+    let report = &reports("anytime-*")[0];
     let looks: Vec<&str> = report["streams"].as_array().unwrap().iter().map(|s| s["stream_state"].as_str().unwrap()).collect();
-    assert_eq!(looks.len(), 2, "both finished streams looked at: {looks:?}");
-    assert!(looks.contains(&"held") && looks.iter().all(|l| ["held", "unknown"].contains(l)), "{looks:?}");
+    assert!(looks.iter().all(|l| ["held", "unknown", "retired"].contains(l)), "{looks:?}");
     let (ok, out) = composer("eventually_acked_messages_readable.sh", &[]);
     assert!(ok, "eventually_ exits 0:\n{out}");
     let (ok, out) = composer("finally_verify_everything.sh", &[]);
     assert!(ok, "finally_ exits 0:\n{out}");
 
-    let report: Value = serde_json::from_str(&in_container("cat /state/runs/finally-*/report.json")).unwrap();
+    // Every acknowledged message was read back: by finally_, or by the driver itself before
+    // it retired its stream.
+    let report = &reports("finally-*")[0];
     let streams = report["streams"].as_array().unwrap();
     assert_eq!(streams.len(), 2, "one recorded stream per driver: {streams:?}");
     for s in streams {
+        if s["retired"] == true {
+            let own = drivers.iter().find(|d| d["stream"] == s["stream"]).expect("the retiring driver's report");
+            let check = &own["final_check"];
+            assert_eq!(check["verified"], check["last_acked"], "read back in full before retiring: {own}");
+            assert_eq!(check["replicas"], "held", "{own}");
+            continue;
+        }
         let check = &s["check"];
         assert!(check["last_acked"].as_u64().unwrap() > 0, "{s}");
         assert_eq!(check["verified"], check["last_acked"], "every acknowledged message read back: {s}");
@@ -235,10 +254,17 @@ fn yaml(path: &Path) -> serde_yaml_ng::Value {
 
 #[test]
 fn antithesis_compose_file_keeps_the_rules() {
-    let dir = root().join("config");
+    let dir = root().join("config/antithesis");
     let compose = yaml(&dir.join("docker-compose.yaml"));
     let services = compose["services"].as_mapping().expect("services");
-    let env = std::fs::read_to_string(dir.join(".env")).unwrap();
+    let env = std::fs::read_to_string(dir.join(".env")).expect("config/antithesis/.env: run scripts/build-images first (scripts/test does)");
+    let entries: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut only: Vec<&str> = entries.iter().map(String::as_str).collect();
+    only.sort_unstable();
+    assert_eq!(only, [".env", "Dockerfile", "docker-compose.yaml"], "the config directory holds only what the config image needs");
+    for line in env.lines().filter(|l| !l.starts_with('#')) {
+        assert!(!line.ends_with(":latest"), "images carry the build's unique tag, not latest: {line}");
+    }
     let defined: Vec<&str> = env.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once('=')).map(|(k, _)| k.trim()).collect();
     let mut depended_on = Vec::new();
     for (name, s) in services {
@@ -315,11 +341,12 @@ fn snouty_validate() {
         eprintln!("SNOUTY is not set: snouty validate skipped (scripts/test installs snouty and sets it)");
         return;
     };
-    // snouty runs the project as "config"; a Topology brings it down with its volumes.
-    let _cleanup = Topology::new(root().join("config"), "config");
+    // snouty runs the project as "antithesis" (its directory's name); a Topology brings it
+    // down with its volumes.
+    let _cleanup = Topology::new(root().join("config/antithesis"), "antithesis");
     // snouty finds Compose v2 on PATH (scripts/install-compose may have put it in .venv/bin).
     let path = format!("{}:{}", root().join(".venv/bin").display(), std::env::var("PATH").unwrap_or_default());
-    let v = Command::new(&snouty).args(["validate"]).arg(root().join("config")).env("PATH", path).output().unwrap();
+    let v = Command::new(&snouty).args(["validate"]).arg(root().join("config/antithesis")).env("PATH", path).output().unwrap();
     let out = text(&v);
     assert!(v.status.success(), "snouty validate failed:\n{out}");
     assert!(out.contains("Setup validation successful"), "{out}");

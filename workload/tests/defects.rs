@@ -195,7 +195,8 @@ async fn a_follower_silently_missing_messages_fails_replicas_agree() {
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_recorded_message_fails_the_composer_checks() {
     let h = Harness::start("composer").await;
-    let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id]);
+    let keep = h.config("keep.toml", "[composer]\nretire_verified = false\n");
+    let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--config", &keep]);
     assert!(failed.is_empty(), "{driver}");
     assert!(driver["counters"]["last_acked_seq"].as_u64().unwrap() > 500, "{driver}");
     let client = h.client().await;
@@ -216,9 +217,8 @@ async fn deleting_a_recorded_message_fails_the_composer_checks() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
     let mut h = Harness::start("tail").await;
-    let cfg = h.dir.path().join("r1.toml");
-    std::fs::write(&cfg, "[stream]\ninitial_replicas = 1\n").unwrap();
-    let cfg = cfg.to_str().unwrap();
+    let cfg = h.config("r1.toml", "[composer]\ninitial_replicas = [1]\nretire_verified = false\n");
+    let cfg = cfg.as_str();
     let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--scale", "false", "--config", cfg]);
     assert!(failed.is_empty(), "{driver}");
     let last_acked = driver["counters"]["last_acked_seq"].as_u64().unwrap();

@@ -161,15 +161,19 @@ fn judge(ctx: &Ctx, c: &mut Confirm, now: Duration, bad: bool, what: Suspect, p:
 /// Looks at the stream until its state is judged: whole, or a bad state confirmed over
 /// `liveness.quiet` (reported). A streak that starts late still gets its whole hold: the
 /// looks go on for a liveness window, longer than the hold. Unknown (and reported as such)
-/// when no judgment could be made within that window.
-pub async fn judge_stream(ctx: &Ctx, client: &async_nats::Client, acked: u64, cancel: &CancellationToken) -> Outcome {
+/// when no judgment could be made within that window. `None` (nothing judged) once
+/// `wanted` says the stream need not be looked at any more (retired by its driver).
+pub async fn judge_stream(ctx: &Ctx, client: &async_nats::Client, acked: u64, cancel: &CancellationToken, wanted: &dyn Fn() -> bool) -> Option<Outcome> {
     let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
     let mut window = ctx.live.open_question("stream state");
     loop {
+        if !wanted() {
+            return None;
+        }
         let answer = jsapi::stream_info_deleted(client, &ctx.stream, ctx.api_timeout()).await;
         let last = match watch.observe(ctx, &answer, acked) {
-            Look::Whole => return Outcome::Held,
-            Look::Reported => return Outcome::Failed,
+            Look::Whole => return Some(Outcome::Held),
+            Look::Reported => return Some(Outcome::Failed),
             Look::Pending => "a bad state not yet confirmed".to_string(),
             Look::Unobserved => answer.err().map_or_else(|| "the stream has no leader".into(), |e| e.to_string()),
         };
@@ -179,7 +183,7 @@ pub async fn judge_stream(ctx: &Ctx, client: &async_nats::Client, acked: u64, ca
             for p in [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost] {
                 sdk::unknown(p, &details);
             }
-            return Outcome::Unknown;
+            return Some(Outcome::Unknown);
         }
     }
 }

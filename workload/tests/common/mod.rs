@@ -92,24 +92,40 @@ impl Harness {
     /// and short liveness windows (unless `extra` names its own); returns the ids that
     /// failed and the report. Composer commands exit 0 even when a property fails.
     pub fn composer(&self, name: &str, extra: &[&str]) -> (Vec<String>, Value) {
-        let out = self.dir.path().join(name);
+        let o = self.composer_command(name, name, extra).output().unwrap();
+        let log = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "composer {name} exits 0 even when a property fails: {log}");
+        let report = self.composer_report(name);
+        let failed = report["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
+        (failed, report)
+    }
+
+    /// `workload composer <step>` writing into `<dir>/<out>`, not started yet.
+    pub fn composer_command(&self, step: &str, out: &str, extra: &[&str]) -> Command {
         let window: &[&str] = if extra.contains(&"--liveness-window") { &[] } else { &["--liveness-window", "20s", "--liveness-quiet", "3s"] };
-        let o = Command::new(env!("CARGO_BIN_EXE_workload"))
-            .args(["composer", name, "--servers", &self.cluster.client_urls().join(",")])
+        let mut c = Command::new(env!("CARGO_BIN_EXE_workload"));
+        c.args(["composer", step, "--servers", &self.cluster.client_urls().join(",")])
             .args(["--monitor", &self.cluster.monitor_urls().join(",")])
             .args(window)
             .arg("--state")
             .arg(self.dir.path().join("state"))
             .arg("--out")
-            .arg(&out)
-            .args(extra)
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(o.status.success(), "composer {name} exits 0 even when a property fails: {log}");
-        let report: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-        let failed = report["failed"].as_array().unwrap().iter().map(|f| f.as_str().unwrap().to_string()).collect();
-        (failed, report)
+            .arg(self.dir.path().join(out))
+            .args(extra);
+        c
+    }
+
+    /// The report a composer command wrote into `<dir>/<out>`.
+    pub fn composer_report(&self, out: &str) -> Value {
+        let path = self.dir.path().join(out).join("report.json");
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+    }
+
+    /// A config file in the test's directory.
+    pub fn config(&self, name: &str, toml: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, toml).unwrap();
+        path.to_str().unwrap().to_string()
     }
 
     /// Waits for the workload to exit (killing it after `limit`) and reads its report.

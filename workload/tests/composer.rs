@@ -1,0 +1,131 @@
+//! The Test Composer commands on a real cluster, as Antithesis combines them: drivers killed
+//! mid-run, drivers that retire what they verified, an unreadable record, the operator,
+//! and where the choices come from.
+
+mod common;
+
+use common::Harness;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use workload::jsapi;
+use workload::records::StateDir;
+
+fn state(h: &Harness) -> StateDir {
+    StateDir(h.dir.path().join("state"))
+}
+
+/// Waits until the driver's record shows more than `n` acknowledged messages.
+fn wait_for_record(h: &Harness, n: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(r) = state(h).record(&h.run_id) {
+            if r.last_acked > n {
+                return r.last_acked;
+            }
+        }
+        assert!(Instant::now() < deadline, "the driver never recorded {n} acks");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_killed_mid_run_leaves_a_state_finally_verifies() {
+    let h = Harness::start("killed").await;
+    let mut driver = h.composer_command("driver", "driver", &["--duration", "10m", "--run-id", &h.run_id]).spawn().unwrap();
+    let recorded = wait_for_record(&h, 2000);
+    driver.kill().unwrap(); // SIGKILL: no record of its end, no retirement
+    driver.wait().unwrap();
+    let r = state(&h).record(&h.run_id).unwrap();
+    assert!(!r.finished && !r.retired && r.last_acked >= recorded, "{r:?}");
+    let (failed, report) = h.composer("finally", &[]);
+    assert!(failed.is_empty(), "{report}");
+    assert_eq!(report["verdict"], "pass", "{report}");
+    let s = &report["streams"][0];
+    assert_eq!(s["driver_finished"], false);
+    assert_eq!(s["check"]["read"], "held", "{s}");
+    assert!(s["check"]["verified"].as_u64().unwrap() >= r.last_acked, "every recorded ack read back: {s}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_it() {
+    let h = Harness::start("retire").await;
+    let (failed, driver) = h.composer("driver", &["--duration", "5s", "--run-id", &h.run_id]);
+    assert!(failed.is_empty(), "{driver}");
+    assert_eq!(driver["final_check"]["read"], "held", "the driver read its whole stream back: {driver}");
+    let retired = driver["properties"].as_array().unwrap().iter().find(|p| p["id"] == "stream-retired-after-a-full-check").unwrap();
+    assert_eq!(retired["status"], "passed", "{retired}");
+    assert!(state(&h).record(&h.run_id).unwrap().retired);
+    let client = h.client().await;
+    let gone = jsapi::stream_info(&client, &h.stream, Duration::from_secs(5)).await;
+    assert!(matches!(gone, Err(ref e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND)), "the stream was deleted");
+    for step in ["anytime", "finally"] {
+        let (failed, report) = h.composer(step, &[]);
+        assert!(failed.is_empty(), "{step}: {report}");
+        let streams = report["streams"].as_array().unwrap();
+        assert!(streams.iter().all(|s| s["retired"] == true || s.get("check").is_none()), "{step} looked at nothing retired: {streams:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreadable_record_is_skipped_with_an_unreachable_assertion_and_the_rest_verified() {
+    let h = Harness::start("badrecord").await;
+    let keep = h.config("keep.toml", "[composer]\nretire_verified = false\n");
+    let (failed, _) = h.composer("driver", &["--duration", "4s", "--run-id", &h.run_id, "--config", &keep]);
+    assert!(failed.is_empty());
+    let garbage = h.dir.path().join("state/streams/torn.json");
+    std::fs::write(&garbage, "{\"run_id\": \"torn\", \"seed\": ").unwrap();
+    let (failed, report) = h.composer("finally", &[]);
+    assert_eq!(failed, vec!["driver-record-unreadable".to_string()], "{report}");
+    let p = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "driver-record-unreadable").unwrap();
+    assert!(p["first_failure"]["file"].as_str().unwrap().ends_with("torn.json"), "{p}");
+    let streams = report["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 1, "{streams:?}");
+    assert_eq!(streams[0]["check"]["read"], "held", "the readable record was still verified");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_steps_down_running_drivers_leaders_without_a_false_alarm() {
+    let h = Harness::start("operator").await;
+    let driver = h.composer_command("driver", "driver", &["--duration", "25s", "--run-id", &h.run_id, "--in-flight", "16"]).spawn().unwrap();
+    wait_for_record(&h, 100);
+    let (failed, report) = h.composer("operator", &["--duration", "15s", "--seed", "3"]);
+    assert!(failed.is_empty(), "{report}");
+    assert!(report["operations"]["stepdowns_done"].as_u64().unwrap() >= 1, "{}", report["operations"]);
+    let out = driver.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let d = h.composer_report("driver");
+    assert_eq!(d["verdict"], "pass", "stepdowns under pipelined publishing raise nothing on a correct server: {d}");
+}
+
+/// Driver knobs drawn from a seed are the same for the same seed; under Antithesis's source
+/// (forced with WORKLOAD_RANDOM=antithesis) every choice is an SDK event, and guided
+/// sometimes assertions carry their real values.
+#[tokio::test(flavor = "multi_thread")]
+async fn seeded_choices_repeat_and_steered_choices_show_in_the_sdk_output() {
+    let h = Harness::start("choices").await;
+    let knobs = |out: &str| {
+        let r = h.composer_report(out);
+        (r["config"]["publish"]["payload_size"].clone(), r["config"]["publish"]["in_flight"].clone(), r["config"]["stream"]["initial_replicas"].clone())
+    };
+    for (out, run) in [("a", "seed_a"), ("b", "seed_b")] {
+        let o = h.composer_command("driver", out, &["--duration", "3s", "--seed", "77", "--run-id", run]).output().unwrap();
+        assert!(o.status.success());
+    }
+    assert_eq!(knobs("a"), knobs("b"), "the same seed draws the same knobs");
+    let o = h
+        .composer_command("driver", "steered", &["--duration", "3s", "--run-id", "steered"])
+        .env("WORKLOAD_RANDOM", "antithesis")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(h.composer_report("steered")["choices"], "antithesis");
+    let sdk = std::fs::read_to_string(h.dir.path().join("steered/sdk.jsonl")).unwrap();
+    let lines: Vec<Value> = sdk.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let choices: Vec<&Value> = lines.iter().filter_map(|l| l.get("workload_choice")).collect();
+    for what in ["payload size", "publishes in flight", "initial replicas"] {
+        assert!(choices.iter().any(|c| c["what"] == what), "{what} chosen through Antithesis's source: {choices:?}");
+    }
+    let lag = lines.iter().filter_map(|l| l.get("antithesis_assert")).find(|a| a["hit"] == true && a["id"].as_str().is_some_and(|id| id.starts_with("consumer-fell-far-behind")));
+    let lag = lag.expect("the numeric sometimes assertion was evaluated");
+    assert!(lag["details"]["left"].is_u64() && lag["details"]["right"] == 10_000, "its real values: {lag}");
+}
