@@ -39,7 +39,7 @@ pub enum Agreement {
 pub fn judge(leader: &ReplicaState, followers: &[ReplicaState], at_rest: bool) -> Agreement {
     let mut lagging = Vec::new();
     for r in followers {
-        if r.last_seq == 0 && r.messages == 0 {
+        if r.last_seq == 0 && r.messages == 0 && leader.last_seq > 0 {
             lagging.push(r.node.clone()); // has nothing yet: still catching up
             continue;
         }
@@ -122,6 +122,8 @@ mod tests {
     fn an_empty_replica_is_still_catching_up() {
         let l = st("n1", 1, 500, 500, 0);
         assert_eq!(judge(&l, &[st("n2", 0, 0, 0, 0)], true), Agreement::Lagging { nodes: vec!["n2".into()] });
+        let empty = st("n1", 0, 0, 0, 0);
+        assert_eq!(judge(&empty, &[st("n2", 0, 0, 0, 0)], true), Agreement::Agree, "both empty: equal, not lagging");
         let v = never_caught_up(&l, &[st("n2", 0, 0, 0, 0)], &["n2".into()]);
         assert_eq!(v.property, Property::ReplicasAgree);
         assert_eq!(v.details["replicas"][0]["node"], "n2");

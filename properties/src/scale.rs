@@ -53,8 +53,10 @@ impl StateView {
     /// workload never deletes, and the stream has no limits, so any of them is a lost
     /// acknowledged message.
     pub fn acked_missing(&self, last_acked: u64) -> Vec<u64> {
-        let prefix = 1..self.first_seq.min(last_acked + 1);
-        let interior = self.deleted.iter().flatten().copied().filter(|s| *s <= last_acked);
+        // An empty stream (first_seq 0 or past its last) holds none of them.
+        let first = if self.messages == 0 { last_acked + 1 } else { self.first_seq };
+        let prefix = 1..first.min(last_acked + 1);
+        let interior = self.deleted.iter().flatten().copied().filter(|s| (1..=last_acked).contains(s));
         let mut missing: Vec<u64> = prefix.chain(interior).chain(self.lost_acked(last_acked)).take(20).collect();
         missing.sort_unstable();
         missing.dedup();
@@ -120,12 +122,14 @@ mod tests {
 
     #[test]
     fn acked_missing_finds_prefix_and_interior_holes_below_the_last_ack() {
-        let st = |first_seq, deleted: Option<Vec<u64>>| StateView { first_seq, deleted, ..Default::default() };
+        let st = |first_seq, deleted: Option<Vec<u64>>| StateView { first_seq, deleted, messages: 100, ..Default::default() };
         assert!(st(1, None).acked_missing(100).is_empty());
         assert!(st(0, None).acked_missing(0).is_empty(), "empty stream, nothing acked");
         assert_eq!(st(4, None).acked_missing(100), vec![1, 2, 3]);
         assert_eq!(st(1, Some(vec![50, 150])).acked_missing(100), vec![50], "150 was never acked");
         assert!(st(120, None).acked_missing(5).len() == 5);
+        let reset = StateView { first_seq: 0, last_seq: 0, messages: 0, deleted: Some(vec![0]), ..Default::default() };
+        assert_eq!(reset.acked_missing(68729), (1..=10).collect::<Vec<_>>(), "a stream reset to empty lost every ack (recorded on 2.10.25)");
     }
 
     #[test]

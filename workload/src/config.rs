@@ -110,6 +110,13 @@ pub struct Schedule {
     pub fault_min: Duration,
     #[serde(with = "humantime_serde")]
     pub fault_max: Duration,
+    /// Fault-free gap inside a fault period: after a fault ends (or starts, when several
+    /// may overlap) the next one waits [gap_min, gap_max], so the cluster gets to act
+    /// (publish, elect, scale) between strikes.
+    #[serde(with = "humantime_serde")]
+    pub gap_min: Duration,
+    #[serde(with = "humantime_serde")]
+    pub gap_max: Duration,
     /// Nodes faulty at once; 0 means a minority ((nodes - 1) / 2, at least 1).
     pub max_faulty: usize,
     /// Chance that a fault strikes a node whose role matters right now (the sole replica
@@ -138,6 +145,8 @@ impl Default for Schedule {
             on_max: Duration::from_secs(90),
             fault_min: Duration::from_secs(3),
             fault_max: Duration::from_secs(10),
+            gap_min: Duration::from_millis(500),
+            gap_max: Duration::from_secs(3),
             max_faulty: 0,
             target_bias: 0.5,
             align_probability: 0.25,
@@ -158,6 +167,8 @@ impl Schedule {
             on_max: Duration::from_secs(120),
             fault_min: Duration::from_secs(2),
             fault_max: Duration::from_secs(8),
+            gap_min: Duration::from_secs(2),
+            gap_max: Duration::from_secs(8),
             target_bias: 0.8,
             align_probability: 0.6,
             flip_replicas: true,
@@ -383,7 +394,7 @@ impl Config {
         }
         for (name, f) in &self.faults.profiles {
             let field = |k: &str| format!("faults.profiles.{name}.{k}");
-            for (k, lo, hi) in [("off_min", f.off_min, f.off_max), ("on_min", f.on_min, f.on_max), ("fault_min", f.fault_min, f.fault_max)] {
+            for (k, lo, hi) in [("off_min", f.off_min, f.off_max), ("on_min", f.on_min, f.on_max), ("fault_min", f.fault_min, f.fault_max), ("gap_min", f.gap_min, f.gap_max)] {
                 if lo > hi {
                     return Err(bad(field(k), "must not exceed its _max"));
                 }

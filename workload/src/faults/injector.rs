@@ -188,15 +188,24 @@ impl Injector {
             let on_end = Instant::now() + self.between(f.on_min, f.on_max);
             scales.mark_unchanged();
             let mut prefer: &[Role] = &[];
+            let mut next_start = Instant::now();
             while Instant::now() < on_end {
                 if quiet_until(&quiet).is_some() {
                     self.heal_all("quiet period requested").await;
                     continue 'schedule; // the off period waits the quiet out
                 }
-                self.end_expired().await;
-                self.strike(prefer).await;
-                let next = self.between(Duration::from_millis(500), f.fault_min);
-                let wake = self.active.iter().map(|a| a.ends).chain([Instant::now() + next, on_end]).min().unwrap_or(on_end);
+                if self.end_expired().await > 0 {
+                    next_start = next_start.max(Instant::now() + self.between(f.gap_min, f.gap_max));
+                }
+                // An aligned strike does not wait for the gap.
+                if !prefer.is_empty() || Instant::now() >= next_start {
+                    next_start = if self.strike(prefer).await.is_empty() {
+                        Instant::now() + Duration::from_millis(500) // no room now: look again soon
+                    } else {
+                        Instant::now() + self.between(f.gap_min, f.gap_max)
+                    };
+                }
+                let wake = self.active.iter().map(|a| a.ends).chain([next_start, on_end]).min().unwrap_or(on_end);
                 let pause = wake.saturating_duration_since(Instant::now());
                 // A scale request may cut the pause short: strike what the change is about.
                 prefer = tokio::select! {
@@ -381,13 +390,16 @@ impl Injector {
         self.record("end", a.kind, &a.nodes, detail).await;
     }
 
-    async fn end_expired(&mut self) {
+    /// Ends every fault whose time is up; how many.
+    async fn end_expired(&mut self) -> usize {
         let now = Instant::now();
         let (done, keep): (Vec<Active>, Vec<Active>) = std::mem::take(&mut self.active).into_iter().partition(|a| a.ends <= now);
         self.active = keep;
+        let n = done.len();
         for a in done {
             self.end(a).await;
         }
+        n
     }
 
     /// Ends every fault in force: restarts killed nodes, resumes paused ones, heals links.
