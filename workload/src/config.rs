@@ -382,9 +382,6 @@ impl Config {
         if cm.in_flight.is_empty() || cm.in_flight.iter().any(|n| *n == 0 || *n > 4096) {
             return Err(bad("composer.in_flight", "must name depths within 1 ..= 4096"));
         }
-        if !p.expected_last_sequence && cm.in_flight.iter().any(|n| *n > 1) {
-            return Err(bad("composer.in_flight", "must be [1] when publish.expected_last_sequence is false"));
-        }
         if let Some(r) = cm.initial_replicas.iter().find(|r| **r == 0 || **r > max) {
             return Err(bad("composer.initial_replicas", format!("{r} is outside 1 ..= {max}")));
         }

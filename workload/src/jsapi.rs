@@ -98,16 +98,31 @@ pub fn stream_config(stream: &str, subject: &str, replicas: usize, duplicate_win
 }
 
 /// Creates the stream; a create whose first reply was lost finds it in place, which counts.
+/// Returns once the stream's leader answers: the create's reply can come before the leader
+/// exists, and a publish then finds no stream for its subject.
 pub async fn create_stream(client: &Client, config: &Value, timeout: Duration) -> Result<(), ApiError> {
     let name = config["name"].as_str().unwrap_or_default();
     match request(client, &format!("STREAM.CREATE.{name}"), config, timeout).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {}
         Err(e) if e.err_code() == Some(STREAM_NAME_IN_USE) => {
             // Only ours if it has our subject; anything else is a clash the user must fix.
             let info = stream_info(client, name, timeout).await?;
-            if info.raw["config"]["subjects"] == config["subjects"] { Ok(()) } else { Err(e) }
+            if info.raw["config"]["subjects"] != config["subjects"] {
+                return Err(e);
+            }
         }
-        Err(e) => Err(e),
+        Err(e) => return Err(e),
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let info = stream_info(client, name, timeout).await;
+        if matches!(&info, Ok(i) if i.view.cluster.as_ref().is_none_or(|c| c.leader.is_some())) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return info.and(Err(ApiError::Timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

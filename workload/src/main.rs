@@ -338,7 +338,9 @@ fn draw_knobs(cfg: &mut Config, knobs: &Knobs, cluster_size: usize, source: &Sou
     if knobs.payload_size {
         cfg.publish.payload_size = rng.pick("payload size", &cfg.composer.payload_sizes);
     }
-    if knobs.in_flight {
+    // Without expected sequences only one publish may be in flight (validated), so the
+    // configured depth stands.
+    if knobs.in_flight && cfg.publish.expected_last_sequence {
         cfg.publish.in_flight = rng.pick("publishes in flight", &cfg.composer.in_flight);
     }
     let replicas = if cfg.composer.initial_replicas.is_empty() { (1..=cluster_size.clamp(1, 3)).collect() } else { cfg.composer.initial_replicas.clone() };

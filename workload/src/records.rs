@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// What one driver acknowledged: enough to verify its stream without it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -129,10 +130,14 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir) -> FinalCheck {
         return check;
     }
     sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": ctx.stream, "verified": check.verified }));
+    // The run's own token is cancelled by now (the driver's time is up): the delete gets
+    // a window of its own.
+    let cancel = CancellationToken::new();
+    let ctx = ctx.with_cancel(&cancel, true);
     let Ok(client) = ctx.connect("retire").await else { return check };
     let api = format!("STREAM.DELETE.{}", ctx.stream);
     let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
-    if let Err(e) = ctx.live.attempt("retire stream", &ctx.cancel, delete).await {
+    if let Err(e) = ctx.live.attempt("retire stream", &cancel, delete).await {
         tracing::warn!(stream = %ctx.stream, "retired, but the stream could not be deleted: {e}");
     }
     check

@@ -57,7 +57,7 @@ async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_i
     assert!(state(&h).record(&h.run_id).unwrap().retired);
     let client = h.client().await;
     let gone = jsapi::stream_info(&client, &h.stream, Duration::from_secs(5)).await;
-    assert!(matches!(gone, Err(ref e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND)), "the stream was deleted");
+    assert!(matches!(gone, Err(ref e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND)), "the stream was deleted: {:?}", gone.map(|i| i.raw));
     for step in ["anytime", "finally"] {
         let (failed, report) = h.composer(step, &[]);
         assert!(failed.is_empty(), "{step}: {report}");

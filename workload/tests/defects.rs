@@ -182,7 +182,10 @@ async fn a_follower_silently_missing_messages_fails_replicas_agree() {
     let bin = h.cluster.server_bin.clone();
     h.cluster.nodes[i].start(&bin).unwrap();
     let done = h.finish(child, LIMIT);
-    done.assert_failed("replicas-agree", &[]);
+    // On a loaded machine the damaged replica is sometimes elected leader for a while; the
+    // reader then really is served its hole (seen in CI). That is the defect showing
+    // through, not a false alarm; replicas-agree must fail either way.
+    done.assert_failed("replicas-agree", &["read-sequence-gap-free", "acked-message-never-lost", "stream-state-covers-acks"]);
     let first = &done.property("replicas-agree")["first_failure"];
     assert_eq!(first["replica"]["node"], follower.as_str(), "{first}");
     assert!(first["replica"]["num_deleted"].as_u64().unwrap() > 0, "{first}");
