@@ -132,12 +132,11 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir) -> FinalCheck {
     sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": ctx.stream, "verified": check.verified }));
     // The run's own token is cancelled by now (the driver's time is up): the delete gets
     // a window of its own.
-    let cancel = CancellationToken::new();
-    let ctx = ctx.with_cancel(&cancel, true);
+    let ctx = ctx.with_cancel(&CancellationToken::new(), true);
     let Ok(client) = ctx.connect("retire").await else { return check };
     let api = format!("STREAM.DELETE.{}", ctx.stream);
     let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
-    if let Err(e) = ctx.live.attempt("retire stream", &cancel, delete).await {
+    if let Err(e) = ctx.live.attempt("retire stream", &ctx.cancel, delete).await {
         tracing::warn!(stream = %ctx.stream, "retired, but the stream could not be deleted: {e}");
     }
     check
