@@ -54,6 +54,8 @@ macro_rules! for_each_property {
              "the run's stream, once created, is never reported missing for longer than a fault blip")
             (StreamStateCoversAcks, always, "stream-state-covers-acks",
              "the stream's last sequence and message count are never below the last acknowledged sequence")
+            (PlacementHonoured, always_or_unreachable, "placement-honoured",
+             "once a stream has settled after an operation, every one of its peers carries every placement tag")
             (ReplicasAgree, always, "replicas-agree",
              "every current replica holds the same first and last sequence, message count and deleted count as the stream leader")
             // Liveness inside bounded windows.
@@ -63,6 +65,12 @@ macro_rules! for_each_property {
              "the consumer reaches the last acknowledged sequence within the liveness window")
             (ScaleEventuallySettles, eventually, "scale-eventually-settles",
              "a requested replica count is reached and healthy within the liveness window")
+            (MoveEventuallySettles, eventually_or_unreachable, "move-eventually-settles",
+             "a move (or a cancelled move) ends with the stream settled on servers its placement allows, within the liveness window")
+            (PeerRemovalEventuallyReplaced, eventually_or_unreachable, "peer-removal-eventually-replaced",
+             "a removed or evacuated peer is replaced at the same replica count within the liveness window")
+            (StepdownEventuallyElects, eventually_or_unreachable, "stepdown-eventually-elects",
+             "after a stream or meta leader stepdown a leader is elected and the stream settled within the liveness window")
             (ClusterEventuallyHealthy, eventually, "cluster-eventually-healthy",
              "every node reports healthy and the stream answers within the liveness window")
             // Coverage, with real conditions: the interesting states were reached.
@@ -78,6 +86,12 @@ macro_rules! for_each_property {
              "a scale down to one replica was requested while a node did not answer healthy")
             (ScaleSettledSlowly, sometimes_greater, "scale-settled-slowly",
              "a replica change took more than half the liveness window to settle")
+            (MovedWhileANodeWasDown, sometimes, "moved-while-a-node-was-down",
+             "a move was requested while a node did not answer healthy")
+            (PeerRemovedWhileANodeWasDown, sometimes, "peer-removed-while-a-node-was-down",
+             "a peer removal or evacuation was requested while a node did not answer healthy")
+            (OperationWhileAnotherSettling, sometimes, "operation-while-another-settling",
+             "an operation was requested while the stream had not settled from the one before")
             (ConsumerFellFarBehind, sometimes_greater, "consumer-fell-far-behind",
              "the reader was more than ten thousand messages behind the last ack")
             // Coverage: the fault and retry paths ran.
@@ -89,6 +103,12 @@ macro_rules! for_each_property {
              "a retried publish met its original still being proposed")
             (ScaleRequestedBackToBack, reachable, "scale-requested-back-to-back",
              "a second replica change was requested right after the first")
+            (MoveCancelled, reachable, "move-cancelled",
+             "a move in progress was cancelled and the server accepted the cancel")
+            (StreamLeaderSteppedDown, reachable, "stream-leader-stepped-down",
+             "the operator made the stream's leader step down")
+            (MetaLeaderSteppedDown, reachable, "meta-leader-stepped-down",
+             "the operator made the meta leader step down")
             (ScaleWaitedUntilSettled, reachable, "scale-waited-until-settled",
              "the scaler waited for a replica change to settle and saw it settle")
             (ConsumerRecreated, reachable, "consumer-recreated",

@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod confirm;
 pub mod liveness;
+pub mod operations;
 pub mod payload;
 pub mod publish;
 pub mod read;

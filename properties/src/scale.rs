@@ -19,6 +19,15 @@ pub struct StreamInfoView {
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ConfigView {
     pub num_replicas: usize,
+    #[serde(default)]
+    pub placement: PlacementView,
+}
+
+/// Where the stream may be placed: servers carrying every one of `tags`.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct PlacementView {
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

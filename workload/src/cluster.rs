@@ -147,6 +147,24 @@ impl Network {
     }
 }
 
+/// The system account the local cluster is configured with (the operator's meta leader
+/// stepdowns need it); the application account is the default for clients without
+/// credentials, so everything else connects as before.
+pub const SYSTEM_USER: &str = "sys";
+pub const SYSTEM_PASSWORD: &str = "sys";
+const ACCOUNTS: &str = "accounts {\n  SYS: { users: [{ user: sys, password: sys }] }\n  APP: { jetstream: enabled, users: [{ user: app, password: app }] }\n}\nsystem_account: SYS\nno_auth_user: app\n";
+
+/// Placement tags of node `i` (0-based) of `n`: group `g<k>` holds the `size` nodes
+/// k, k+1, ... (mod n), with `size` n - 1 up to three nodes and 3 above, so a stream of up
+/// to `size` replicas can move between groups that overlap partly.
+pub fn group_tags(i: usize, n: usize) -> Vec<String> {
+    let size = if n <= 3 { n.saturating_sub(1) } else { 3 };
+    if size == 0 {
+        return Vec::new();
+    }
+    (0..n).filter(|k| (0..size).any(|j| (k + j) % n == i)).map(|k| format!("g{k}")).collect()
+}
+
 impl LocalCluster {
     /// Writes configs under `dir` and starts `n` nodes. Does not wait for health. With
     /// `proxied`, every route and client connection goes through a [`Link`] so the
@@ -193,11 +211,12 @@ impl LocalCluster {
                 None => nodes.iter().map(|p| format!("\"nats-route://127.0.0.1:{}\"", p.cluster_port)).collect(),
             };
             let conf = format!(
-                "server_name: {name}\nlisten: \"127.0.0.1:{client}\"\nhttp: \"127.0.0.1:{http}\"\n\
+                "server_name: {name}\nlisten: \"127.0.0.1:{client}\"\nhttp: \"127.0.0.1:{http}\"\nserver_tags: [{tags}]\n{ACCOUNTS}\
                  lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"2s\"\n\
                  jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n\
                  cluster {{\n  name: workload\n  listen: \"127.0.0.1:{cluster}\"\n{advertise}  routes: [{routes}]\n}}\n",
                 name = node.name,
+                tags = group_tags(i, n).iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", "),
                 client = node.client_port,
                 http = node.http_port,
                 cluster = node.cluster_port,
@@ -318,4 +337,21 @@ pub fn server_version(bin: &Path) -> Option<String> {
     let out = Command::new(bin).arg("--version").output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace().last().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_tags;
+
+    #[test]
+    fn groups_overlap_and_each_holds_size_nodes() {
+        assert_eq!(group_tags(0, 3), vec!["g0", "g2"]);
+        assert_eq!(group_tags(1, 3), vec!["g0", "g1"]);
+        assert_eq!(group_tags(2, 3), vec!["g1", "g2"]);
+        for k in 0..5 {
+            let members = (0..5).filter(|i| group_tags(*i, 5).contains(&format!("g{k}"))).count();
+            assert_eq!(members, 3);
+        }
+        assert!(group_tags(0, 1).is_empty());
+    }
 }

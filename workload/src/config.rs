@@ -14,6 +14,7 @@ use std::time::Duration;
 pub struct Config {
     pub stream: StreamConfig,
     pub publish: PublishConfig,
+    pub operator: OperatorConfig,
     pub scale: ScaleConfig,
     pub liveness: LivenessConfig,
     pub faults: FaultsConfig,
@@ -45,16 +46,61 @@ pub struct PublishConfig {
     pub ack_timeout: Duration,
 }
 
+/// The operator: every interval it performs one operation on the stream, drawn by weight
+/// among those the server supports.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
-pub struct ScaleConfig {
+pub struct OperatorConfig {
     pub enabled: bool,
-    /// Replica counts to pick from; empty means 1 ..= min(5, cluster size).
-    pub replicas: Vec<usize>,
+    /// Pause between two operations, drawn from [interval_min, interval_max].
     #[serde(with = "humantime_serde")]
     pub interval_min: Duration,
     #[serde(with = "humantime_serde")]
     pub interval_max: Duration,
+    /// Relative weight of each operation; 0 never draws it.
+    pub weights: Weights,
+    /// Chance that a move is cancelled right after it was requested (2.15).
+    pub cancel_move_probability: f64,
+    /// Chance that the operator waits for a move, peer removal or stepdown to settle
+    /// before the next operation (scales have `scale.wait_settled_probability`).
+    pub wait_settled_probability: f64,
+    /// System account user and password, for meta leader stepdowns; empty: none drawn.
+    /// `workload local` configures its cluster with its own and sets them.
+    pub system_user: String,
+    pub system_password: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Weights {
+    pub scale: u32,
+    pub r#move: u32,
+    pub peer_remove: u32,
+    pub peer_evacuate: u32,
+    pub stream_stepdown: u32,
+    pub meta_stepdown: u32,
+}
+
+impl Weights {
+    pub fn of(&self, op: properties::operations::OpKind) -> u32 {
+        use properties::operations::OpKind::*;
+        match op {
+            Scale => self.scale,
+            Move => self.r#move,
+            PeerRemove => self.peer_remove,
+            PeerEvacuate => self.peer_evacuate,
+            StreamStepdown => self.stream_stepdown,
+            MetaStepdown => self.meta_stepdown,
+            CancelMove => 0, // follows a move, by cancel_move_probability
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScaleConfig {
+    /// Replica counts to pick from; empty means 1 ..= min(5, cluster size).
+    pub replicas: Vec<usize>,
     /// Chance that a second, different count is requested right after the first.
     pub back_to_back_probability: f64,
     /// Chance that the scaler waits for a change to settle before the next one.
@@ -158,9 +204,13 @@ impl Default for Schedule {
 
 impl Schedule {
     /// Short fault-free stretches, long fault periods of back-to-back faults up to a
-    /// minority, strikes aimed at whoever matters, and R1 <-> R(max) flips.
+    /// minority, strikes aimed at whoever matters, and R1 <-> R(max) flips. Kills weigh
+    /// three times as much as each other kind (a kind listed twice is drawn twice as
+    /// often): losing a node's unsynced state mid-change is what old releases fail on.
     fn aggressive() -> Self {
+        use FaultKind::*;
         Self {
+            kinds: vec![Kill, Kill, Kill, Restart, Pause, Isolate, Split],
             off_min: Duration::from_secs(5),
             off_max: Duration::from_secs(15),
             on_min: Duration::from_secs(60),
@@ -281,13 +331,31 @@ impl Default for PublishConfig {
     }
 }
 
-impl Default for ScaleConfig {
+impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            replicas: Vec::new(),
             interval_min: Duration::from_secs(1),
             interval_max: Duration::from_secs(5),
+            weights: Weights::default(),
+            cancel_move_probability: 0.2,
+            wait_settled_probability: 0.5,
+            system_user: String::new(),
+            system_password: String::new(),
+        }
+    }
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self { scale: 6, r#move: 2, peer_remove: 1, peer_evacuate: 1, stream_stepdown: 1, meta_stepdown: 1 }
+    }
+}
+
+impl Default for ScaleConfig {
+    fn default() -> Self {
+        Self {
+            replicas: Vec::new(),
             back_to_back_probability: 0.2,
             wait_settled_probability: 0.5,
         }
@@ -361,12 +429,15 @@ impl Config {
         if let Some(r) = c.replicas.iter().find(|r| **r == 0 || **r > max) {
             return Err(bad("scale.replicas", format!("{r} is outside 1 ..= {max}")));
         }
-        if c.interval_min > c.interval_max {
-            return Err(bad("scale.interval_min", "must not exceed scale.interval_max"));
+        let o = &self.operator;
+        if o.interval_min > o.interval_max {
+            return Err(bad("operator.interval_min", "must not exceed operator.interval_max"));
         }
         for (field, v) in [
             ("scale.back_to_back_probability", c.back_to_back_probability),
             ("scale.wait_settled_probability", c.wait_settled_probability),
+            ("operator.cancel_move_probability", o.cancel_move_probability),
+            ("operator.wait_settled_probability", o.wait_settled_probability),
         ] {
             if !(0.0..=1.0).contains(&v) {
                 return Err(bad(field, "must be within 0 ..= 1"));

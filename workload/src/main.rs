@@ -145,9 +145,12 @@ struct Common {
     /// Overrides liveness.quiet.
     #[arg(long, env = "WORKLOAD_LIVENESS_QUIET", value_parser = humantime::parse_duration)]
     liveness_quiet: Option<Duration>,
-    /// Overrides scale.enabled (true/false).
-    #[arg(long, env = "WORKLOAD_SCALE")]
-    scale: Option<bool>,
+    /// Overrides operator.enabled (true/false): scaling, moves, peer removals, stepdowns.
+    #[arg(long, env = "WORKLOAD_OPERATOR")]
+    operator: Option<bool>,
+    /// Overrides operator.system_user and operator.system_password (USER:PASSWORD).
+    #[arg(long, env = "WORKLOAD_SYSTEM_ACCOUNT")]
+    system_account: Option<String>,
     /// Overrides faults.enabled (true/false; local runs only).
     #[arg(long, env = "WORKLOAD_FAULTS")]
     faults: Option<bool>,
@@ -314,8 +317,11 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     if let Some(v) = c.liveness_quiet {
         cfg.liveness.quiet = v;
     }
-    if let Some(v) = c.scale {
-        cfg.scale.enabled = v;
+    if let Some(v) = c.operator {
+        cfg.operator.enabled = v;
+    }
+    if let Some((user, password)) = c.system_account.as_deref().and_then(|v| v.split_once(':')) {
+        (cfg.operator.system_user, cfg.operator.system_password) = (user.into(), password.into());
     }
     if let Some(v) = c.faults {
         cfg.faults.enabled = v;
@@ -370,6 +376,9 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 _ = stop.cancelled() => return Ok(ExitCode::from(EXIT_INFRA)),
             };
             let addr = ClusterAddr { servers: local.client_urls(), monitor_urls: local.monitor_urls(), size: nodes };
+            if cfg.operator.system_user.is_empty() {
+                (cfg.operator.system_user, cfg.operator.system_password) = (cluster::SYSTEM_USER.into(), cluster::SYSTEM_PASSWORD.into());
+            }
             (addr, version, Some(Target::Local(Arc::new(tokio::sync::Mutex::new(local)))), None)
         }
         Command::Run { cluster, docker_faults, .. } => {
@@ -474,6 +483,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             facts["suspicions_at_stop"] = json!(finished.suspicions_at_stop);
             facts["rss_mib_end"] = json!(run::rss_mib());
             facts["counters"] = finished.ctx.stats.to_json();
+            facts["operations"] = finished.ctx.ops.to_json();
             facts["quiet_requests"] = json!(finished.ctx.live.quiet.count());
             facts["quiet"] = finished.quiet;
             facts["faults"] = fault_log.summary();

@@ -1,8 +1,8 @@
-//! One run: set up the stream, drive publisher, reader, scaler and monitor for the
+//! One run: set up the stream, drive publisher, reader, operator and monitor for the
 //! duration, stop them, then verify everything acknowledged with faults paused.
 
 use crate::config::Config;
-use crate::drivers::{self, scaler};
+use crate::drivers::{self, operator};
 use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
 use crate::jsapi;
@@ -24,7 +24,7 @@ pub struct RunSpec {
     pub cfg: Config,
     pub cluster: ClusterAddr,
     pub seed: u64,
-    /// Where the scaler's choices come from.
+    /// Where the operator's choices come from.
     pub source: Source,
     pub run_id: String,
     pub duration: Duration,
@@ -73,8 +73,8 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         return Err(e);
     }
     drivers::spawn_core(&ctx, &mut tasks);
-    if ctx.cfg.scale.enabled && ctx.cluster.size > 1 {
-        tasks.spawn(scaler::run(ctx.clone(), spec.source.chooser(0x5CA1E)));
+    if ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
+        tasks.spawn(operator::run(ctx.clone(), spec.source.chooser(0x5CA1E)));
     }
     if let Some(state) = &composer {
         tasks.spawn(records::record_while_running(ctx.clone(), state.clone()));

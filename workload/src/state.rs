@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::faults::injector::FaultLog;
 use crate::faults::QuietRequests;
 use crate::retry::Liveness;
+use crate::drivers::operator::OpTally;
 use crate::view::ClusterView;
 use properties::payload::RunMessages;
 use serde_json::{json, Value};
@@ -39,6 +40,8 @@ pub struct Ctx {
     pub view: Arc<ClusterView>,
     /// The local injector's log, when one runs.
     pub faults: Option<Arc<FaultLog>>,
+    /// What the operator did.
+    pub ops: Arc<OpTally>,
 }
 
 /// The stream and subject of a run.
@@ -63,6 +66,7 @@ impl Ctx {
             suspicions: Arc::default(),
             view: Arc::default(),
             faults: None,
+            ops: Arc::default(),
         }
     }
 

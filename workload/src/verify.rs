@@ -7,7 +7,7 @@
 
 use crate::cluster::{http_client, unhealthy};
 use crate::drivers::monitor::{judge_replicas_at_rest, judge_stream};
-use crate::drivers::{reader, scaler};
+use crate::drivers::{operator, reader};
 use crate::faults::quiet::Why;
 use crate::jsapi;
 use crate::sdk;
@@ -145,9 +145,9 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
         check.replicas = None;
         return check;
     }
-    if settle && ctx.cfg.scale.enabled && ctx.cluster.size > 1 {
+    if settle && ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
         let replicas = Stats::get(&ctx.stats.replicas) as usize;
-        scaler::wait_settled(&ctx, &client, replicas).await;
+        operator::scale::wait_settled(&ctx, &client, replicas).await;
     }
     let started = Instant::now();
     let next = reader::read(&ctx, reader::Until::Seq(last_acked), &ctx.stats.final_verified).await.unwrap_or(0);

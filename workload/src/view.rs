@@ -1,10 +1,11 @@
 //! Who does what in the cluster right now: the meta leader, the stream's leader and
 //! followers (and which of them are still catching up), and the scale requests as they are
-//! made. The monitor refreshes it every two seconds and the scaler announces its requests;
+//! made. The monitor refreshes it every two seconds and the operator announces its requests;
 //! the fault injector asks it whom to strike, as Jepsen's nemeses target primaries.
 
 use properties::scale::StreamInfoView;
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use tokio::sync::watch;
 
@@ -38,11 +39,13 @@ pub struct ClusterView {
     snapshot: Mutex<Snapshot>,
     /// Counts scale requests: the injector may strike right after one.
     scales: watch::Sender<u64>,
+    /// Each server's placement tags, by name, as its `/varz` gave them.
+    tags: Mutex<BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl Default for ClusterView {
     fn default() -> Self {
-        Self { snapshot: Mutex::default(), scales: watch::channel(0).0 }
+        Self { snapshot: Mutex::default(), scales: watch::channel(0).0, tags: Mutex::default() }
     }
 }
 
@@ -70,13 +73,26 @@ impl ClusterView {
         }
     }
 
-    /// The scaler asked for another replica count just now.
-    pub fn scale_requested(&self) {
+    /// A server's tags, from its `/varz`.
+    pub fn saw_tags(&self, server: &str, tags: BTreeSet<String>) {
+        if let Ok(mut t) = self.tags.lock() {
+            t.insert(server.to_string(), tags);
+        }
+    }
+
+    /// Every server seen so far, with its tags.
+    pub fn tags_of(&self) -> BTreeMap<String, BTreeSet<String>> {
+        self.tags.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// The operator changed the stream's replicas or peers just now (a scale, a move, a
+    /// peer removal): the injector may strike right after.
+    pub fn peers_changing(&self) {
         self.scales.send_modify(|n| *n += 1);
     }
 
     /// Wakes on every scale request.
-    pub fn scale_requests(&self) -> watch::Receiver<u64> {
+    pub fn peer_changes(&self) -> watch::Receiver<u64> {
         self.scales.subscribe()
     }
 
@@ -124,8 +140,8 @@ mod tests {
         v.saw_stream(&info(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n3"}}"#));
         assert_eq!(v.roles("n3"), vec![Role::SoleReplica]);
         assert_eq!(v.roles("n1"), Vec::<Role>::new());
-        let scales = v.scale_requests();
-        v.scale_requested();
+        let scales = v.peer_changes();
+        v.peers_changing();
         assert!(scales.has_changed().unwrap());
     }
 }

@@ -165,7 +165,7 @@ async fn a_suspicion_open_when_the_run_stops_is_answered_by_the_final_verificati
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_silently_missing_messages_fails_replicas_agree() {
     let mut h = Harness::start("diverged").await;
-    let child = h.spawn("30s", &["--scale", "false", "--payload-size", "1024"]);
+    let child = h.spawn("30s", &["--operator", "false", "--payload-size", "1024"]);
     let client = h.client().await;
     h.wait_for_messages(&client, 20_000).await; // more than one 8 MB block
     let info = jsapi::stream_info(&client, &h.stream, T).await.unwrap();
@@ -222,7 +222,7 @@ async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
     let mut h = Harness::start("tail").await;
     let cfg = h.config("r1.toml", "[composer]\ninitial_replicas = [1]\nretire_verified = false\n");
     let cfg = cfg.as_str();
-    let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--scale", "false", "--config", cfg]);
+    let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--operator", "false", "--config", cfg]);
     assert!(failed.is_empty(), "{driver}");
     let last_acked = driver["counters"]["last_acked_seq"].as_u64().unwrap();
     let client = h.client().await;

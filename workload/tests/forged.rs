@@ -50,7 +50,7 @@ async fn a_wrong_ack_arriving_after_a_rewind_fails_publish_ack_gap_free() {
         }
     })));
     let servers = [format!("nats://127.0.0.1:{}", link.port)];
-    let done = h.finish(h.spawn_via(&servers, "12s", &["--scale", "false"]), LIMIT);
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
     done.assert_failed("publish-ack-gap-free", &[]);
     let first = &done.property("publish-ack-gap-free")["first_failure"];
     assert_eq!(first["observed_by"], "an ack that arrived after its send was given up by a rewind", "{first}");
@@ -109,7 +109,7 @@ async fn an_older_delivery_inside_one_consumer_fails_read_sequence_gap_free() {
         }
     })));
     let servers = [format!("nats://127.0.0.1:{}", link.port)];
-    let done = h.finish(h.spawn_via(&servers, "12s", &["--scale", "false"]), LIMIT);
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
     done.assert_failed("read-sequence-gap-free", &[]);
     let first = &done.property("read-sequence-gap-free")["first_failure"];
     assert_eq!(first["problem"], "an older stream sequence delivered again inside the same consumer", "{first}");
@@ -135,7 +135,7 @@ async fn a_server_reported_loss_of_an_acked_message_fails_acked_message_never_lo
         vec![with_payload(f, info.to_string().into_bytes())]
     })));
     let servers = [format!("nats://127.0.0.1:{}", link.port)];
-    let done = h.finish(h.spawn_via(&servers, "12s", &["--scale", "false"]), LIMIT);
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
     done.assert_failed("acked-message-never-lost", &[]);
     let first = &done.property("acked-message-never-lost")["first_failure"];
     assert_eq!(first["reported_lost_by_server"], json!([1000]), "{first}");

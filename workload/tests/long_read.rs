@@ -47,7 +47,7 @@ async fn a_final_read_many_windows_long_passes() {
         .write(&Record { run_id: h.run_id.clone(), seed: 42, payload_size: PAYLOAD, last_acked: MESSAGES, replicas: 1, finished: true, open_suspicions: vec![], retired: false })
         .unwrap();
 
-    let (_, report) = h.composer("finally", &["--scale", "false", "--liveness-window", "2s", "--liveness-quiet", "1s"]);
+    let (_, report) = h.composer("finally", &["--operator", "false", "--liveness-window", "2s", "--liveness-quiet", "1s"]);
     let check = &report["streams"][0]["check"];
     assert_eq!(report["verdict"], "pass", "{report}");
     assert_eq!(check["read"], "held", "{check}");

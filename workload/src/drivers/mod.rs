@@ -1,15 +1,15 @@
 //! The tasks that act on the cluster while a run goes on.
 pub mod monitor;
+pub mod operator;
 pub mod publisher;
 pub mod reader;
-pub mod scaler;
 
 use crate::state::Ctx;
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
 /// Starts the publisher, the live reader and the stream monitor on `ctx`; they run until
-/// `ctx.cancel`. The scaler is separate: not every caller scales.
+/// `ctx.cancel`. The operator is separate: not every caller runs one.
 pub fn spawn_core(ctx: &Arc<Ctx>, tasks: &mut JoinSet<anyhow::Result<()>>) {
     tasks.spawn(publisher::run(ctx.clone()));
     let c = ctx.clone();

@@ -178,7 +178,7 @@ impl Injector {
     pub async fn run(mut self, cancel: CancellationToken, mut quiet: watch::Receiver<Option<Instant>>, origin: Instant, view: Arc<ClusterView>) -> anyhow::Result<()> {
         self.origin = origin;
         self.view = view;
-        let mut scales = self.view.scale_requests();
+        let mut scales = self.view.peer_changes();
         let f = self.schedule.clone();
         'schedule: while !cancel.is_cancelled() {
             let off = self.between(f.off_min, f.off_max);

@@ -1,6 +1,6 @@
-//! The random replica scaler.
+//! The scale operation.
 //!
-//! The scaler sends the stream's whole config back with a random replica count, sometimes
+//! It sends the stream's whole config back with a random replica count, sometimes
 //! a second different count right away, and sometimes waits for the change to settle
 //! (leader present, followers current, no pending desired state, every node's `/healthz`
 //! green), timing it. The monitor looks at the stream every two seconds: it must exist and
@@ -13,50 +13,69 @@ use crate::state::{Ctx, Stats};
 use properties::scale::settled;
 use properties::Property;
 use crate::random::Chooser;
+use super::{judge_placement, note_settling};
+use properties::operations::{servers_with, OpKind};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
-    let client = ctx.connect("scaler").await?;
-    let choices = ctx.cfg.scale_choices(ctx.cluster.size);
-    let schedule = ctx.cfg.schedule();
-    let flip = schedule.flip_replicas;
-    let wait_probability = schedule.wait_settled_probability.unwrap_or(ctx.cfg.scale.wait_settled_probability);
-    let timeout = ctx.api_timeout();
-    let (lo, hi) = (ctx.cfg.scale.interval_min, ctx.cfg.scale.interval_max);
-    while !ctx.cancel.is_cancelled() {
-        let pause = rng.between("pause before a scale request", lo, hi);
-        tokio::select! {
-            _ = ctx.cancel.cancelled() => break,
-            _ = tokio::time::sleep(pause) => {}
+/// The scale operation's settings for one run.
+pub struct Scaler {
+    choices: Vec<usize>,
+    flip: bool,
+    back_to_back: f64,
+    wait_probability: f64,
+}
+
+impl Scaler {
+    pub fn new(ctx: &Ctx) -> Self {
+        let schedule = ctx.cfg.schedule();
+        Scaler {
+            choices: ctx.cfg.scale_choices(ctx.cluster.size),
+            flip: schedule.flip_replicas,
+            back_to_back: ctx.cfg.scale.back_to_back_probability,
+            wait_probability: schedule.wait_settled_probability.unwrap_or(ctx.cfg.scale.wait_settled_probability),
         }
-        let mut target = if flip {
+    }
+
+    /// One scale request (sometimes two back to back, sometimes waited for). `None` when
+    /// stopped.
+    pub async fn step(&mut self, ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser) -> Option<()> {
+        let timeout = ctx.api_timeout();
+        // While a placement is set, only counts it can hold are drawn.
+        let info = jsapi::stream_info(client, &ctx.stream, timeout).await.ok();
+        let room = info.as_ref().map(|i| &i.view.config.placement.tags).filter(|t| !t.is_empty()).map(|tags| servers_with(&ctx.view.tags_of(), tags).len());
+        let choices: Vec<usize> = self.choices.iter().copied().filter(|r| room.is_none_or(|n| *r <= n)).collect();
+        if choices.is_empty() {
+            ctx.ops.count(OpKind::Scale, |c| c.not_applicable += 1);
+            return Some(());
+        }
+        if let Some(i) = &info {
+            note_settling(&i.view, OpKind::Scale);
+        }
+        let mut target = if self.flip {
             // R1 <-> R(max): the switches where the known bugs live.
             let now = Stats::get(&ctx.stats.replicas) as usize;
             if now > 1 { 1 } else { choices.iter().copied().max().unwrap_or(1) }
         } else {
             rng.pick("replica count", &choices)
         };
-        let Some(from) = scale(&ctx, &client, target, timeout).await else { break };
-        note_transition(&ctx, from, target).await;
-        if choices.len() > 1 && rng.chance("second request back to back", ctx.cfg.scale.back_to_back_probability) {
+        let from = scale(ctx, client, target, timeout).await?;
+        note_transition(ctx, from, target).await;
+        if choices.len() > 1 && rng.chance("second request back to back", self.back_to_back) {
             let first = target;
             while target == first {
                 target = rng.pick("second replica count", &choices);
             }
-            if scale(&ctx, &client, target, timeout).await.is_none() {
-                break;
-            }
+            scale(ctx, client, target, timeout).await?;
             sdk::hold(Property::ScaleRequestedBackToBack);
-            note_transition(&ctx, first, target).await;
+            note_transition(ctx, first, target).await;
         }
-        if rng.chance("wait until settled", wait_probability) {
-            wait_settled(&ctx, &client, target).await;
+        if rng.chance("wait until settled", self.wait_probability) {
+            wait_settled(ctx, client, target).await;
         }
+        Some(())
     }
-    Ok(())
 }
 
 /// Every request is an evaluation of the R1 switches, with its real condition: how often
@@ -82,8 +101,9 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
     };
     let before = ctx.live.retry("scale request", Property::ScaleEventuallySettles, &ctx.cancel, attempt).await?;
     Stats::add(&ctx.stats.scale_requests, 1);
+    ctx.ops.count(OpKind::Scale, |c| c.done += 1);
     ctx.stats.replicas.store(replicas as u64, Relaxed);
-    ctx.view.scale_requested();
+    ctx.view.peers_changing();
     tracing::debug!(from = before, to = replicas, "scale requested");
     Some(before)
 }
@@ -92,6 +112,7 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
 pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usize) -> bool {
     let started = Instant::now();
     let http = http_client();
+    let violated = std::sync::Mutex::new(None);
     let check = || async {
         let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
         if info.view.config.num_replicas != replicas {
@@ -107,7 +128,10 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
         if !sick.is_empty() {
             return Err(format!("not healthy: {}", sick.join(", ")));
         }
-        Ok(())
+        let mut since = *violated.lock().map_err(|_| "poisoned")?;
+        let judged = judge_placement(ctx, &info.view, &mut since).await;
+        *violated.lock().map_err(|_| "poisoned")? = since;
+        judged
     };
     if ctx.live.retry("scale settle", Property::ScaleEventuallySettles, &ctx.cancel, check).await.is_none() {
         return false;
@@ -119,5 +143,6 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
     Stats::add(&ctx.stats.settle_ms_total, ms);
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
     sdk::hold(Property::ScaleWaitedUntilSettled);
+    ctx.ops.count(OpKind::Scale, |c| c.settled += 1);
     true
 }

@@ -1,0 +1,179 @@
+//! The operations an operator performs on a live stream, as data, and the pure judgments
+//! of their effect: which server releases have them, where the stream's peers may be, and
+//! whether a removed peer is really gone.
+
+use crate::scale::StreamInfoView;
+use crate::Outcome;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One kind of operation the operator draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpKind {
+    /// Change the replica count (the whole config sent back).
+    Scale,
+    /// Change `placement.tags`: the stream moves to the servers that carry them.
+    Move,
+    /// `$JS.API.STREAM.CANCEL_MOVE.<stream>` right after a move (2.15).
+    CancelMove,
+    /// `$JS.API.STREAM.PEER.REMOVE.<stream>`: drop one peer, the server picks another.
+    PeerRemove,
+    /// `$JS.API.STREAM.PEER.EVACUATE.<stream>` (2.15): add a replacement, then drop the peer.
+    PeerEvacuate,
+    /// `$JS.API.STREAM.LEADER.STEPDOWN.<stream>`.
+    StreamStepdown,
+    /// `$JS.API.META.LEADER.STEPDOWN` (system account).
+    MetaStepdown,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 7] =
+        [OpKind::Scale, OpKind::Move, OpKind::CancelMove, OpKind::PeerRemove, OpKind::PeerEvacuate, OpKind::StreamStepdown, OpKind::MetaStepdown];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            OpKind::Scale => "scale",
+            OpKind::Move => "move",
+            OpKind::CancelMove => "cancel-move",
+            OpKind::PeerRemove => "peer-remove",
+            OpKind::PeerEvacuate => "peer-evacuate",
+            OpKind::StreamStepdown => "stream-stepdown",
+            OpKind::MetaStepdown => "meta-stepdown",
+        }
+    }
+
+    /// Why a server of `version` (from its INFO) cannot be sent this operation, if it
+    /// cannot. `system_account`: whether the workload holds system account credentials.
+    pub fn unsupported(self, version: Option<Version>, system_account: bool) -> Option<String> {
+        let new_in_2_15 = matches!(self, OpKind::CancelMove | OpKind::PeerEvacuate);
+        match version {
+            _ if self == OpKind::MetaStepdown && !system_account => Some("needs system account credentials (operator.system_user)".into()),
+            Some(v) if new_in_2_15 && v < Version(2, 15, 0) => Some(format!("new in 2.15; the server is {v}")),
+            None if new_in_2_15 => Some("the server did not say its version; this operation is new in 2.15".into()),
+            _ => None,
+        }
+    }
+}
+
+/// A server release, as INFO's `version` gives it ("2.15.1", "2.12.1-RC.2").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version(pub u32, pub u32, pub u32);
+
+impl Version {
+    pub fn parse(s: &str) -> Option<Version> {
+        let core = s.trim_start_matches('v').split(['-', '+']).next()?;
+        let mut parts = core.split('.').map(|p| p.parse::<u32>().ok());
+        Some(Version(parts.next()??, parts.next()??, parts.next().flatten().unwrap_or(0)))
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
+/// The servers holding the stream: its leader and the listed replicas.
+pub fn peers(info: &StreamInfoView) -> Vec<String> {
+    let Some(c) = &info.cluster else { return Vec::new() };
+    c.leader.iter().filter(|l| !l.is_empty()).cloned().chain(c.replicas.iter().map(|r| r.name.clone())).collect()
+}
+
+/// Whether a settled stream's peers all carry every tag of its placement. `tags_of` maps
+/// the server names seen so far to their tags; a peer not in it cannot be judged.
+pub fn placement_honoured(info: &StreamInfoView, tags_of: &BTreeMap<String, BTreeSet<String>>) -> (Outcome, String) {
+    let required = &info.config.placement.tags;
+    if required.is_empty() {
+        return (Outcome::Held, "no placement tags".into());
+    }
+    let mut unknown = Vec::new();
+    for peer in peers(info) {
+        match tags_of.get(&peer) {
+            None => unknown.push(peer),
+            Some(tags) => {
+                if let Some(missing) = required.iter().find(|t| !tags.contains(*t)) {
+                    return (Outcome::Failed, format!("peer {peer} lacks tag {missing} (has {tags:?})"));
+                }
+            }
+        }
+    }
+    if unknown.is_empty() {
+        (Outcome::Held, format!("every peer carries {required:?}"))
+    } else {
+        (Outcome::Unknown, format!("tags of {unknown:?} unknown"))
+    }
+}
+
+/// The servers that carry every tag in `tags` (all known servers for none).
+pub fn servers_with<'a>(tags_of: &'a BTreeMap<String, BTreeSet<String>>, tags: &[String]) -> Vec<&'a str> {
+    tags_of.iter().filter(|(_, have)| tags.iter().all(|t| have.contains(t))).map(|(name, _)| name.as_str()).collect()
+}
+
+/// `Ok` once `removed` is no longer one of the stream's peers.
+pub fn peer_gone(info: &StreamInfoView, removed: &str) -> Result<(), String> {
+    match peers(info).iter().any(|p| p == removed) {
+        true => Err(format!("{removed} is still a peer")),
+        false => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(json: &str) -> StreamInfoView {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn tags(entries: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {
+        entries.iter().map(|(n, t)| (n.to_string(), t.iter().map(|s| s.to_string()).collect())).collect()
+    }
+
+    #[test]
+    fn versions_parse_and_order() {
+        assert_eq!(Version::parse("2.15.1"), Some(Version(2, 15, 1)));
+        assert_eq!(Version::parse("v2.12.1-RC.2"), Some(Version(2, 12, 1)));
+        assert_eq!(Version::parse("2.11"), Some(Version(2, 11, 0)));
+        assert_eq!(Version::parse("dev"), None);
+        assert!(Version(2, 14, 6) < Version(2, 15, 0));
+    }
+
+    #[test]
+    fn operations_new_in_2_15_are_not_sent_to_older_servers() {
+        let old = Version::parse("2.14.6");
+        let new = Version::parse("2.15.1");
+        assert!(OpKind::PeerEvacuate.unsupported(old, true).is_some());
+        assert!(OpKind::CancelMove.unsupported(old, true).is_some());
+        assert!(OpKind::PeerEvacuate.unsupported(None, true).is_some());
+        assert!(OpKind::PeerEvacuate.unsupported(new, true).is_none());
+        assert!(OpKind::Move.unsupported(old, false).is_none());
+        assert!(OpKind::MetaStepdown.unsupported(new, false).is_some());
+        assert!(OpKind::MetaStepdown.unsupported(old, true).is_none());
+    }
+
+    #[test]
+    fn placement_is_judged_on_every_peer_with_unknown_tags_unknown() {
+        let known = tags(&[("n1", &["g0", "g2"]), ("n2", &["g0", "g1"]), ("n3", &["g1", "g2"])]);
+        let on = |leader: &str, reps: &str| {
+            view(&format!(r#"{{"config":{{"num_replicas":2,"placement":{{"tags":["g0"]}}}},"cluster":{{"leader":"{leader}","replicas":[{reps}]}}}}"#))
+        };
+        assert_eq!(placement_honoured(&on("n1", r#"{"name":"n2","current":true}"#), &known).0, Outcome::Held);
+        let (outcome, why) = placement_honoured(&on("n1", r#"{"name":"n3","current":true}"#), &known);
+        assert_eq!(outcome, Outcome::Failed, "{why}");
+        assert_eq!(placement_honoured(&on("n9", r#"{"name":"n2","current":true}"#), &known).0, Outcome::Unknown);
+        let free = view(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n3"}}"#);
+        assert_eq!(placement_honoured(&free, &known).0, Outcome::Held);
+        assert_eq!(servers_with(&known, &["g1".into()]), vec!["n2", "n3"]);
+        assert_eq!(servers_with(&known, &[]).len(), 3);
+    }
+
+    #[test]
+    fn a_removed_peer_is_gone_when_neither_leader_nor_replica() {
+        let v = view(r#"{"config":{"num_replicas":3},"cluster":{"leader":"n1","replicas":[{"name":"n2"},{"name":"n4"}]}}"#);
+        assert_eq!(peers(&v), vec!["n1", "n2", "n4"]);
+        assert!(peer_gone(&v, "n3").is_ok());
+        assert!(peer_gone(&v, "n1").is_err());
+        assert!(peer_gone(&v, "n4").is_err());
+    }
+}

@@ -1,0 +1,265 @@
+//! The operator: what an administrator does to a live JetStream cluster, while publishing
+//! and reading go on. Every interval it draws one operation by weight among those the
+//! server supports (its version from INFO decides; what is never sent is listed with the
+//! reason), performs it, and sometimes waits for the stream to settle, judging the wait
+//! with the operation's liveness property and, once settled, the placement.
+
+pub mod moves;
+pub mod peers;
+pub mod scale;
+pub mod stepdown;
+
+use crate::cluster::{http_client, unhealthy};
+use crate::jsapi::{self, ApiError};
+use crate::random::Chooser;
+use crate::sdk;
+use crate::state::Ctx;
+use properties::operations::{placement_honoured, OpKind, Version};
+use properties::scale::{settled, StreamInfoView};
+use properties::{Outcome, Property};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often each operation was drawn and what became of it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OpCounts {
+    /// Accepted by the server.
+    pub done: u64,
+    /// Refused by the server for a reason that retrying does not change (no suitable or
+    /// spare peer, a move already in progress, nothing to cancel, ...).
+    pub refused: u64,
+    /// Drawn but not applicable right now (no other placement fits, no spare server).
+    pub not_applicable: u64,
+    /// Waited for and seen settled.
+    pub settled: u64,
+}
+
+/// Every operation's counts, and those never sent with why.
+#[derive(Default)]
+pub struct OpTally {
+    counts: Mutex<BTreeMap<OpKind, OpCounts>>,
+    skipped: Mutex<BTreeMap<OpKind, String>>,
+}
+
+impl OpTally {
+    pub fn count(&self, op: OpKind, f: impl FnOnce(&mut OpCounts)) {
+        if let Ok(mut m) = self.counts.lock() {
+            f(m.entry(op).or_default());
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let counts = self.counts.lock().map(|m| m.iter().map(|(k, v)| (k.id().to_string(), json!(v))).collect::<serde_json::Map<_, _>>()).unwrap_or_default();
+        let skipped = self.skipped.lock().map(|m| m.iter().map(|(k, v)| (k.id().to_string(), json!(v))).collect::<serde_json::Map<_, _>>()).unwrap_or_default();
+        json!({ "counts": counts, "skipped": skipped })
+    }
+}
+
+/// What a request came to: accepted, or refused for good.
+pub enum Sent<T> {
+    Done(T),
+    Refused(String),
+}
+
+/// A server answer that retrying will not change: any 4xx, and 10075 "peer remap failed"
+/// (503, but no spare peer appears by asking again). Other 503s and transport errors are
+/// transient: leaders being elected, JetStream temporarily unavailable.
+fn refusal(e: &ApiError) -> Option<String> {
+    match e {
+        ApiError::Server { code, err_code, .. } if *code != 503 || *err_code == 10075 => Some(e.to_string()),
+        _ => None,
+    }
+}
+
+/// Sends a request until the server accepts or refuses it, within liveness windows of
+/// `property`. `None` when stopped.
+pub async fn send<T, Fut: Future<Output = Result<T, ApiError>>>(ctx: &Ctx, what: &'static str, property: Property, mut f: impl FnMut() -> Fut) -> Option<Sent<T>> {
+    let attempt = || {
+        let fut = f();
+        async move {
+            match fut.await {
+                Ok(t) => Ok(Sent::Done(t)),
+                Err(e) => match refusal(&e) {
+                    Some(why) => Ok(Sent::Refused(why)),
+                    None => Err(e),
+                },
+            }
+        }
+    };
+    ctx.live.retry(what, property, &ctx.cancel, attempt).await
+}
+
+/// The operator task.
+pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
+    let client = ctx.connect("operator").await?;
+    let system = system_client(&ctx).await;
+    let version = server_version(&ctx, &client).await;
+    let parsed = Version::parse(&version);
+    let mut ops = Vec::new();
+    for op in OpKind::ALL {
+        let weight = ctx.cfg.operator.weights.of(op);
+        match op.unsupported(parsed, system.is_some()) {
+            Some(why) if weight > 0 || op == OpKind::CancelMove => {
+                tracing::info!(op = op.id(), server = %version, "operation not sent: {why}");
+                if let Ok(mut m) = ctx.ops.skipped.lock() {
+                    m.insert(op, why);
+                }
+            }
+            None if weight > 0 => ops.push((op, weight)),
+            _ => {}
+        }
+    }
+    if ops.is_empty() {
+        return Ok(());
+    }
+    refresh_tags(&ctx).await;
+    let total: u32 = ops.iter().map(|(_, w)| w).sum();
+    let cancel_moves = !ctx.ops.skipped.lock().is_ok_and(|m| m.contains_key(&OpKind::CancelMove));
+    let (lo, hi) = (ctx.cfg.operator.interval_min, ctx.cfg.operator.interval_max);
+    let mut scaler = scale::Scaler::new(&ctx);
+    while !ctx.cancel.is_cancelled() {
+        let pause = rng.between("pause before an operation", lo, hi);
+        tokio::select! {
+            _ = ctx.cancel.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        let mut ticket = rng.gen_range(0..total);
+        let op = ops.iter().find(|(_, w)| if ticket < *w { true } else { ticket -= w; false }).map_or(OpKind::Scale, |(op, _)| *op);
+        let wait = rng.chance("wait until settled", ctx.cfg.operator.wait_settled_probability);
+        let carried_out = match op {
+            OpKind::Scale => scaler.step(&ctx, &client, &mut rng).await,
+            OpKind::Move => moves::step(&ctx, &client, &mut rng, cancel_moves, wait).await,
+            OpKind::PeerRemove | OpKind::PeerEvacuate => peers::step(&ctx, &client, &mut rng, op, wait).await,
+            OpKind::StreamStepdown => stepdown::stream(&ctx, &client, wait).await,
+            OpKind::MetaStepdown => stepdown::meta(&ctx, system.as_ref().unwrap_or(&client), &client, wait).await,
+            OpKind::CancelMove => Some(()),
+        };
+        if carried_out.is_none() {
+            break; // stopped
+        }
+    }
+    Ok(())
+}
+
+use rand::Rng;
+
+/// The server's version: from a node's `/varz`, else from the connection's INFO once a
+/// request has gone through (a connection made with retries returns before INFO came).
+async fn server_version(ctx: &Ctx, client: &async_nats::Client) -> String {
+    let http = http_client();
+    for url in &ctx.cluster.monitor_urls {
+        if let Ok(r) = http.get(format!("{url}/varz")).send().await {
+            if let Some(v) = serde_json::from_str::<Value>(&r.text().await.unwrap_or_default()).ok().and_then(|v| v["version"].as_str().map(String::from)) {
+                return v;
+            }
+        }
+    }
+    let _ = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await;
+    client.server_info().version
+}
+
+/// A connection to the system account, when the configuration names one.
+async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
+    let o = &ctx.cfg.operator;
+    if o.system_user.is_empty() {
+        return None;
+    }
+    let name = format!("workload-{}-operator-system", ctx.run.run_id);
+    let connect = async_nats::ConnectOptions::with_user_and_password(o.system_user.clone(), o.system_password.clone())
+        .name(name)
+        .retry_on_initial_connect()
+        .ignore_discovered_servers()
+        .connection_timeout(Duration::from_secs(5))
+        .connect(ctx.cluster.servers.clone());
+    tokio::select! {
+        c = connect => c.inspect_err(|e| tracing::warn!("no system account connection: {e}")).ok(),
+        _ = ctx.cancel.cancelled() => None,
+    }
+}
+
+/// Learns each server's tags from its `/varz` (names and tags do not change in a run).
+pub async fn refresh_tags(ctx: &Ctx) {
+    let http = http_client();
+    for url in &ctx.cluster.monitor_urls {
+        let Ok(r) = http.get(format!("{url}/varz")).send().await else { continue };
+        let Ok(v) = serde_json::from_str::<Value>(&r.text().await.unwrap_or_default()) else { continue };
+        if let Some(name) = v["server_name"].as_str() {
+            let tags = v["tags"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).collect();
+            ctx.view.saw_tags(name, tags);
+        }
+    }
+}
+
+/// The stream's info, or why not (for settle checks).
+async fn info(ctx: &Ctx, client: &async_nats::Client) -> Result<jsapi::StreamInfo, String> {
+    jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(|e| e.to_string())
+}
+
+/// How long a settled stream may sit outside its placement before that is a violation:
+/// the config can change a moment before the server lists the new peers.
+const PLACEMENT_GRACE: Duration = Duration::from_secs(15);
+
+/// Judges the placement of a settled stream. `Ok` when honoured (or a violation was
+/// reported after lasting `PLACEMENT_GRACE`); `Err` while it may still be a moment's view.
+pub async fn judge_placement(ctx: &Ctx, view: &StreamInfoView, violated_since: &mut Option<Instant>) -> Result<(), String> {
+    let (mut outcome, mut why) = placement_honoured(view, &ctx.view.tags_of());
+    if outcome == Outcome::Unknown {
+        refresh_tags(ctx).await;
+        (outcome, why) = placement_honoured(view, &ctx.view.tags_of());
+    }
+    match outcome {
+        Outcome::Held => {
+            *violated_since = None;
+            if !view.config.placement.tags.is_empty() {
+                sdk::check(Property::PlacementHonoured, true, &json!({ "tags": view.config.placement.tags }));
+            }
+            Ok(())
+        }
+        Outcome::Unknown => Err(why),
+        Outcome::Failed => {
+            let since = *violated_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < PLACEMENT_GRACE {
+                return Err(format!("placement not honoured yet: {why}"));
+            }
+            sdk::check(Property::PlacementHonoured, false, &json!({ "stream": ctx.stream, "tags": view.config.placement.tags,
+                "peers": properties::operations::peers(view), "problem": why, "settled_for_s": since.elapsed().as_secs_f64() }));
+            Ok(())
+        }
+    }
+}
+
+/// Waits until the stream has settled at its configured replica count with `extra` true,
+/// every node healthy and its placement honoured; judged by `property`.
+pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, op: OpKind, property: Property, extra: impl Fn(&StreamInfoView) -> Result<(), String>) -> bool {
+    let http = http_client();
+    let violated = Mutex::new(None);
+    let check = || async {
+        let info = info(ctx, client).await?;
+        settled(&info.view, info.view.config.num_replicas)?;
+        extra(&info.view)?;
+        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
+        if !sick.is_empty() {
+            return Err(format!("not healthy: {}", sick.join(", ")));
+        }
+        let mut since = *violated.lock().map_err(|_| "poisoned")?;
+        let judged = judge_placement(ctx, &info.view, &mut since).await;
+        *violated.lock().map_err(|_| "poisoned")? = since;
+        judged
+    };
+    let ok = ctx.live.retry(op.id(), property, &ctx.cancel, check).await.is_some();
+    if ok {
+        ctx.ops.count(op, |c| c.settled += 1);
+    }
+    ok
+}
+
+/// Whether the stream had settled before this operation (an operation stacked on one
+/// still settling is the interesting case).
+pub fn note_settling(info: &StreamInfoView, op: OpKind) {
+    let unsettled = settled(info, info.config.num_replicas).err();
+    sdk::check(Property::OperationWhileAnotherSettling, unsettled.is_some(), &json!({ "op": op.id(), "unsettled": unsettled }));
+}

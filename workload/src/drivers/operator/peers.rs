@@ -1,0 +1,60 @@
+//! Peer removal and evacuation: one of the stream's servers dropped, the server picking a
+//! replacement that its placement allows (`PEER.REMOVE` drops first, `PEER.EVACUATE`, new
+//! in 2.15, adds the replacement first).
+
+use super::{note_settling, send, wait_settled, Sent};
+use crate::cluster::{http_client, unhealthy};
+use crate::jsapi;
+use crate::random::Chooser;
+use crate::sdk;
+use crate::state::Ctx;
+use properties::operations::{peer_gone, peers, servers_with, OpKind};
+use properties::Property;
+use serde_json::json;
+
+/// One removal or evacuation (`op`). `None` when stopped.
+pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, op: OpKind, wait: bool) -> Option<()> {
+    let timeout = ctx.api_timeout();
+    let Ok(info) = jsapi::stream_info(client, &ctx.stream, timeout).await else {
+        ctx.ops.count(op, |c| c.not_applicable += 1);
+        return Some(());
+    };
+    let holders = peers(&info.view);
+    let tags_of = ctx.view.tags_of();
+    // A replacement must exist, or the server rightly refuses ("peer remap failed").
+    let spare = servers_with(&tags_of, &info.view.config.placement.tags).into_iter().any(|s| !holders.iter().any(|h| h == s));
+    // Removing the only replica of an R1 stream is accepted and starts the stream afresh,
+    // empty, on another server: the operator would have destroyed the data itself.
+    // Evacuation adds the replacement first, so it may take an R1 stream's replica.
+    let sole_copy = op == OpKind::PeerRemove && info.view.config.num_replicas < 2;
+    if holders.is_empty() || !spare || sole_copy {
+        ctx.ops.count(op, |c| c.not_applicable += 1);
+        return Some(());
+    }
+    let peer = rng.pick("peer to remove", &holders.iter().map(String::as_str).collect::<Vec<_>>()).to_string();
+    note_settling(&info.view, op);
+    let sick = unhealthy(&http_client(), &ctx.cluster.monitor_urls).await;
+    let api = match op {
+        OpKind::PeerEvacuate => "STREAM.PEER.EVACUATE",
+        _ => "STREAM.PEER.REMOVE",
+    };
+    let (api, body) = (format!("{api}.{}", ctx.stream), json!({ "peer": peer }));
+    let request = || jsapi::request(client, &api, &body, timeout);
+    match send(ctx, "peer removal", Property::PeerRemovalEventuallyReplaced, request).await? {
+        Sent::Refused(why) => {
+            tracing::debug!(%peer, op = op.id(), "refused: {why}");
+            ctx.ops.count(op, |c| c.refused += 1);
+            return Some(());
+        }
+        Sent::Done(_) => {
+            tracing::debug!(%peer, op = op.id(), "peer removal requested");
+            ctx.ops.count(op, |c| c.done += 1);
+            ctx.view.peers_changing(); // a strike aligned with the change of peers
+        }
+    }
+    sdk::check(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
+    if wait {
+        wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, |v| peer_gone(v, &peer)).await;
+    }
+    Some(())
+}
