@@ -14,7 +14,7 @@ use crate::jsapi::{self, ApiError};
 use crate::random::Chooser;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::{placement_honoured, OpKind, Version};
+use properties::operations::{peers, placement_honoured, OpKind, Version};
 use properties::scale::{settled, StreamInfoView};
 use properties::{Outcome, Property};
 use serde::Serialize;
@@ -36,6 +36,9 @@ pub struct OpCounts {
     pub not_applicable: u64,
     /// Waited for and seen settled.
     pub settled: u64,
+    /// Seen settled with the operation's effect: another leader after a stepdown, other
+    /// peers after a move or removal.
+    pub effect_seen: u64,
 }
 
 /// Every operation's counts, and those never sent with why.
@@ -233,8 +236,16 @@ pub async fn judge_placement(ctx: &Ctx, view: &StreamInfoView, violated_since: &
 }
 
 /// Waits until the stream has settled at its configured replica count with `extra` true,
-/// every node healthy and its placement honoured; judged by `property`.
-pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, op: OpKind, property: Property, extra: impl Fn(&StreamInfoView) -> Result<(), String>) -> bool {
+/// every node healthy and its placement honoured; judged by `property`. `before`: the
+/// peers (leader first) before the operation, to tell whether it had an effect.
+pub async fn wait_settled(
+    ctx: &Ctx,
+    client: &async_nats::Client,
+    op: OpKind,
+    property: Property,
+    before: &[String],
+    extra: impl Fn(&StreamInfoView) -> Result<(), String>,
+) -> bool {
     let http = http_client();
     let violated = Mutex::new(None);
     let check = || async {
@@ -248,13 +259,23 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, op: OpKind, pr
         let mut since = *violated.lock().map_err(|_| "poisoned")?;
         let judged = judge_placement(ctx, &info.view, &mut since).await;
         *violated.lock().map_err(|_| "poisoned")? = since;
-        judged
+        judged.map(|()| peers(&info.view))
     };
-    let ok = ctx.live.retry(op.id(), property, &ctx.cancel, check).await.is_some();
-    if ok {
-        ctx.ops.count(op, |c| c.settled += 1);
-    }
-    ok
+    let Some(after) = ctx.live.retry(op.id(), property, &ctx.cancel, check).await else { return false };
+    let effect = match op {
+        OpKind::StreamStepdown => after.first() != before.first(),
+        OpKind::MetaStepdown => {
+            let now = crate::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await;
+            now.is_some() && now.as_ref() != before.first()
+        }
+        _ => after.iter().collect::<std::collections::BTreeSet<_>>() != before.iter().collect(),
+    };
+    tracing::debug!(op = op.id(), ?before, ?after, effect, "settled");
+    ctx.ops.count(op, |c| {
+        c.settled += 1;
+        c.effect_seen += u64::from(effect);
+    });
+    true
 }
 
 /// Whether the stream had settled before this operation (an operation stacked on one

@@ -7,7 +7,7 @@ use crate::jsapi;
 use crate::random::Chooser;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::{servers_with, OpKind};
+use properties::operations::{peers, servers_with, OpKind};
 use properties::Property;
 use rand::Rng;
 use serde_json::{json, Value};
@@ -75,7 +75,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, can
         }
     }
     if wait {
-        wait_settled(ctx, client, OpKind::Move, Property::MoveEventuallySettles, |_| Ok(())).await;
+        wait_settled(ctx, client, OpKind::Move, Property::MoveEventuallySettles, &peers(&info.view), |_| Ok(())).await;
     }
     Some(())
 }

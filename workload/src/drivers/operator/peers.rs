@@ -54,7 +54,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, op:
     }
     sdk::check(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
     if wait {
-        wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, |v| peer_gone(v, &peer)).await;
+        wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, &holders, |v| peer_gone(v, &peer)).await;
     }
     Some(())
 }

@@ -2,36 +2,43 @@
 
 use super::{note_settling, send, wait_settled, Sent};
 use crate::jsapi;
+use crate::replicas::ReplicaProbe;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::OpKind;
+use properties::operations::{peers, OpKind};
 use properties::Property;
 use serde_json::Value;
 
 /// Makes the stream's leader step down. `None` when stopped.
 pub async fn stream(ctx: &Ctx, client: &async_nats::Client, wait: bool) -> Option<()> {
     let timeout = ctx.api_timeout();
-    match jsapi::stream_info(client, &ctx.stream, timeout).await {
-        Ok(info) if info.view.config.num_replicas > 1 => note_settling(&info.view, OpKind::StreamStepdown),
+    let before = match jsapi::stream_info(client, &ctx.stream, timeout).await {
+        Ok(info) if info.view.config.num_replicas > 1 => {
+            note_settling(&info.view, OpKind::StreamStepdown);
+            peers(&info.view)
+        }
         // An R1 stream has nobody to hand over to.
         _ => {
             ctx.ops.count(OpKind::StreamStepdown, |c| c.not_applicable += 1);
             return Some(());
         }
-    }
+    };
     let api = format!("STREAM.LEADER.STEPDOWN.{}", ctx.stream);
     let request = || jsapi::request(client, &api, &Value::Null, timeout);
-    finish(ctx, client, OpKind::StreamStepdown, Property::StreamLeaderSteppedDown, send(ctx, "stream stepdown", Property::StepdownEventuallyElects, request).await?, wait).await
+    let sent = send(ctx, "stream stepdown", Property::StepdownEventuallyElects, request).await?;
+    finish(ctx, client, OpKind::StreamStepdown, Property::StreamLeaderSteppedDown, sent, &before, wait).await
 }
 
 /// Makes the meta leader step down, through the system account connection `system`.
 pub async fn meta(ctx: &Ctx, system: &async_nats::Client, client: &async_nats::Client, wait: bool) -> Option<()> {
     let timeout = ctx.api_timeout();
+    let before: Vec<String> = ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await.into_iter().collect();
     let request = || jsapi::request(system, "META.LEADER.STEPDOWN", &Value::Null, timeout);
-    finish(ctx, client, OpKind::MetaStepdown, Property::MetaLeaderSteppedDown, send(ctx, "meta stepdown", Property::StepdownEventuallyElects, request).await?, wait).await
+    let sent = send(ctx, "meta stepdown", Property::StepdownEventuallyElects, request).await?;
+    finish(ctx, client, OpKind::MetaStepdown, Property::MetaLeaderSteppedDown, sent, &before, wait).await
 }
 
-async fn finish(ctx: &Ctx, client: &async_nats::Client, op: OpKind, reached: Property, sent: Sent<Value>, wait: bool) -> Option<()> {
+async fn finish(ctx: &Ctx, client: &async_nats::Client, op: OpKind, reached: Property, sent: Sent<Value>, before: &[String], wait: bool) -> Option<()> {
     match sent {
         Sent::Refused(why) => {
             tracing::debug!(op = op.id(), "refused: {why}");
@@ -44,8 +51,8 @@ async fn finish(ctx: &Ctx, client: &async_nats::Client, op: OpKind, reached: Pro
         }
     }
     if wait {
-        // Settled needs a stream leader, and STREAM.INFO through the API a meta leader.
-        wait_settled(ctx, client, op, Property::StepdownEventuallyElects, |_| Ok(())).await;
+        // Settled needs a stream leader, and healthy nodes a meta leader.
+        wait_settled(ctx, client, op, Property::StepdownEventuallyElects, before, |_| Ok(())).await;
     }
     Some(())
 }
