@@ -20,6 +20,10 @@ pub struct Node {
     pub http_port: u16,
     pub config_file: PathBuf,
     pub log_file: PathBuf,
+    /// The JetStream store directory (named after the node's first name).
+    pub store_dir: PathBuf,
+    /// How many times the node came back under a new name.
+    pub renamed: u32,
     child: Option<Child>,
 }
 
@@ -83,6 +87,24 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         self.kill();
+    }
+
+    /// A stopped node's new identity: its data wiped and its config given the name
+    /// `<first name>-<n>`, as an operator replaces a server that was removed from the
+    /// cluster (a removed name must not come back). Returns the new name.
+    pub fn wipe_and_rename(&mut self) -> anyhow::Result<String> {
+        let first = self.name.split('-').next().unwrap_or(&self.name).to_string();
+        self.renamed += 1;
+        let new = format!("{first}-{}", self.renamed + 1);
+        let conf = fs::read_to_string(&self.config_file)?;
+        let conf = conf.replacen(&format!("server_name: {}\n", self.name), &format!("server_name: {new}\n"), 1);
+        fs::write(&self.config_file, conf)?;
+        if self.store_dir.exists() {
+            fs::remove_dir_all(&self.store_dir)?;
+        }
+        fs::create_dir_all(&self.store_dir)?;
+        self.name = new.clone();
+        Ok(new)
     }
 
     /// Whether the process has exited on its own.
@@ -185,6 +207,8 @@ impl LocalCluster {
                 http_port: ports[3 * i + 2],
                 config_file: dir.join(format!("n{}.conf", i + 1)),
                 log_file: dir.join(format!("n{}.log", i + 1)),
+                store_dir: dir.join(format!("n{}", i + 1)).join("jetstream"),
+                renamed: 0,
                 child: None,
             })
             .collect();
@@ -204,8 +228,8 @@ impl LocalCluster {
             None
         };
         for (i, node) in nodes.iter().enumerate() {
-            let store = dir.join(&node.name).join("jetstream");
-            fs::create_dir_all(&store)?;
+            let store = &node.store_dir;
+            fs::create_dir_all(store)?;
             let routes: Vec<String> = match &network {
                 Some(net) => (0..n).filter_map(|j| net.route(i, j)).map(|l| format!("\"nats-route://127.0.0.1:{}\"", l.port)).collect(),
                 None => nodes.iter().map(|p| format!("\"nats-route://127.0.0.1:{}\"", p.cluster_port)).collect(),

@@ -248,6 +248,11 @@ pub enum FaultKind {
     Split,
     /// Add `latency` to every link of a node.
     Latency,
+    /// Remove a stopped server from the meta group (`$JS.API.SERVER.REMOVE`), wipe its data
+    /// and bring it back under a new name (local clusters with the system account; one at a
+    /// time, only while the stream has settled at two replicas or more, so a majority of
+    /// its copies is never wiped by the fault itself).
+    Membership,
 }
 
 impl FaultsConfig {
@@ -268,7 +273,7 @@ impl Schedule {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 6] = [Self::Kill, Self::Pause, Self::Restart, Self::Isolate, Self::Split, Self::Latency];
+    pub const ALL: [FaultKind; 7] = [Self::Kill, Self::Pause, Self::Restart, Self::Isolate, Self::Split, Self::Latency, Self::Membership];
 }
 
 impl Default for FaultsConfig {

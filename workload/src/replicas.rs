@@ -81,8 +81,13 @@ impl ReplicaProbe {
         Ok(replica_in(&jsz, name, stream))
     }
 
-    /// The monitoring URL of the node named `name` (asks each unnamed node's /varz).
+    /// The monitoring URL of the node named `name` (asks each unnamed node's /varz; a
+    /// name seen nowhere makes every node be asked again: a node may have come back under
+    /// a new name after a membership change).
     async fn index_of(&mut self, name: &str) -> Result<usize, String> {
+        if !self.names.iter().any(|n| n.as_deref() == Some(name)) {
+            self.names.iter_mut().for_each(|n| *n = None);
+        }
         for i in 0..self.urls.len() {
             if self.names[i].is_none() {
                 if let Ok(varz) = self.get(&format!("{}/varz", self.urls[i])).await {

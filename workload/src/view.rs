@@ -96,6 +96,13 @@ impl ClusterView {
         self.scales.subscribe()
     }
 
+    /// Whether, at the last look, the stream had a leader and every one of its (at least
+    /// `copies`) replicas was listed and current.
+    pub fn settled_with_copies(&self, copies: usize) -> bool {
+        let Ok(s) = self.snapshot.lock() else { return false };
+        s.replicas >= copies && s.stream_leader.is_some() && s.followers.len() + 1 == s.replicas && s.followers.iter().all(|(_, current)| *current)
+    }
+
     /// The stream's leader at the last look.
     pub fn stream_leader(&self) -> Option<String> {
         self.snapshot.lock().ok().and_then(|s| s.stream_leader.clone())

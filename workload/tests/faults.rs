@@ -43,6 +43,44 @@ async fn healthy(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>) -> bool {
     unhealthy(&http_client(), &urls).await.is_empty()
 }
 
+/// The meta group's members, by name, as node `i`'s `/jsz` lists them (itself included).
+async fn meta_members(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>, i: usize) -> Vec<String> {
+    let mon = cluster.lock().await.nodes[i].monitor_url();
+    let Ok(r) = http_client().get(format!("{mon}/jsz")).send().await else { return Vec::new() };
+    let jsz: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or_default();
+    let meta = &jsz["meta_cluster"];
+    let mut names: Vec<String> = meta["replicas"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str().map(String::from)).collect();
+    names.extend(meta["leader"].as_str().map(String::from));
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn membership_removes_the_server_wipes_it_and_it_rejoins_under_a_new_name() {
+    let (_dir, cluster) = proxied("membership").await;
+    let mut cfg = Config::default();
+    (cfg.operator.system_user, cfg.operator.system_password) = (workload::cluster::SYSTEM_USER.into(), workload::cluster::SYSTEM_PASSWORD.into());
+    let mut inj = Injector::new(cluster.clone(), cfg, Source::Seeded(1), Arc::new(FaultLog::new(None)));
+    let client = async_nats::connect(cluster.lock().await.client_urls()).await.unwrap();
+    let stream = jsapi::stream_config("MEMBERS", "members", 3, Duration::from_secs(300));
+    jsapi::create_stream(&client, &stream, Duration::from_secs(5)).await.unwrap();
+    let store = cluster.lock().await.nodes[1].store_dir.clone();
+    eventually("n2 stores the stream", || async { std::fs::read_dir(store.join("jetstream")).is_ok_and(|mut d| d.next().is_some()) }).await;
+
+    let detail = inj.force(FaultKind::Membership, vec![1], Duration::from_secs(60)).await;
+    assert_eq!(detail["removed"], "n2", "{detail}");
+    assert_eq!(detail["rejoins_as"], "n2-2", "{detail}");
+    assert!(!store.join("jetstream").exists(), "the removed server's data is wiped");
+    eventually("the meta group let n2 go", || async { !meta_members(&cluster, 0).await.contains(&"n2".to_string()) }).await;
+    inj.heal_all("test").await;
+    eventually("n2-2 joins the meta group", || async { meta_members(&cluster, 0).await.contains(&"n2-2".to_string()) }).await;
+    eventually("the cluster is healthy again", || healthy(&cluster)).await;
+    let varz = http_client().get(format!("{}/varz", cluster.lock().await.nodes[1].monitor_url())).send().await.unwrap().bytes().await.unwrap();
+    let varz: serde_json::Value = serde_json::from_slice(&varz).unwrap();
+    assert_eq!(varz["server_name"], "n2-2");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_changes_the_pid_and_the_node_comes_back() {
     let (_dir, cluster) = proxied("kill").await;

@@ -89,7 +89,8 @@ impl DockerNodes {
                     let opts = DisconnectNetworkOptions { container: n.id.as_str(), force: true };
                     self.docker.disconnect_network(&n.network, opts).await
                 }
-                FaultKind::Latency => Ok(()),
+                // Not supported here (`supports`): never drawn.
+                FaultKind::Latency | FaultKind::Membership => Ok(()),
             };
             results.push(r.err().map(|e| e.to_string()));
         }
@@ -153,7 +154,7 @@ impl DockerNodes {
                     let endpoint_config = EndpointSettings { aliases: Some(n.aliases.clone()), ..Default::default() };
                     self.docker.connect_network(&n.network, ConnectNetworkOptions { container: n.id.as_str(), endpoint_config }).await
                 }
-                FaultKind::Restart | FaultKind::Latency => Ok(()),
+                FaultKind::Restart | FaultKind::Latency | FaultKind::Membership => Ok(()),
             };
             if let Err(e) = r {
                 errors.push(e.to_string());

@@ -152,6 +152,8 @@ pub struct Injector {
     active: Vec<Active>,
     /// Who does what: targets are drawn from it (empty until a run shares its own).
     view: Arc<ClusterView>,
+    /// A system account connection, for membership faults (made at the first).
+    system: Option<async_nats::Client>,
 }
 
 impl Injector {
@@ -166,6 +168,7 @@ impl Injector {
             log,
             active: Vec::new(),
             view: Arc::default(),
+            system: None,
         }
     }
 
@@ -273,6 +276,13 @@ impl Injector {
         self
     }
 
+    /// A membership change wipes a server's copy of the stream: only one at a time, with
+    /// the system account, and only while the stream has settled at two replicas or more,
+    /// so every acknowledged message is still held by a majority of the other copies.
+    fn membership_allowed(&self) -> bool {
+        !self.cfg.operator.system_user.is_empty() && !self.active.iter().any(|a| a.kind == FaultKind::Membership) && self.view.settled_with_copies(2)
+    }
+
     fn faulty(&self) -> Vec<usize> {
         let mut nodes: Vec<usize> = self.active.iter().flat_map(|a| a.nodes.clone()).collect();
         nodes.sort_unstable();
@@ -292,7 +302,7 @@ impl Injector {
         }
         let mut kinds = Vec::new();
         for &k in &self.schedule.kinds {
-            if self.target.supports(k).await {
+            if self.target.supports(k).await && (k != FaultKind::Membership || self.membership_allowed()) {
                 kinds.push(k);
             }
         }
@@ -350,7 +360,45 @@ impl Injector {
                 net.links_of(i).iter().for_each(|l| l.delay(d));
                 json!({ "latency_ms": d.as_millis() as u64 })
             }
+            FaultKind::Membership => {
+                let node = &mut cluster.nodes[i];
+                let old = node.name.clone();
+                node.kill();
+                // Only a server the meta group let go may come back wiped under a new name;
+                // otherwise the dead name would stay a member for good, and the fault is a kill.
+                match self.remove_server(&old, &cluster.client_urls()).await {
+                    Ok(()) => match cluster.nodes[i].wipe_and_rename() {
+                        Ok(new) => json!({ "removed": old, "rejoins_as": new }),
+                        Err(e) => json!({ "removed": old, "error": e.to_string() }),
+                    },
+                    Err(e) => json!({ "not_removed": old, "error": e, "rejoins_as": old }),
+                }
+            }
         }
+    }
+
+    /// `$JS.API.SERVER.REMOVE` for the stopped server `name`, through the system account;
+    /// a few tries (the meta leader may be moving).
+    async fn remove_server(&mut self, name: &str, servers: &[String]) -> Result<(), String> {
+        if self.system.is_none() {
+            let o = &self.cfg.operator;
+            let connect = async_nats::ConnectOptions::with_user_and_password(o.system_user.clone(), o.system_password.clone())
+                .name("workload-injector-system")
+                .ignore_discovered_servers()
+                .connection_timeout(Duration::from_secs(3))
+                .connect(servers.to_vec());
+            self.system = Some(tokio::time::timeout(Duration::from_secs(5), connect).await.map_err(|_| "connect timed out".to_string())?.map_err(|e| e.to_string())?);
+        }
+        let client = self.system.as_ref().ok_or("no system connection")?;
+        let mut last = String::new();
+        for _ in 0..5 {
+            match crate::jsapi::request(client, "SERVER.REMOVE", &json!({ "peer": name }), Duration::from_secs(3)).await {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Err(last)
     }
 
     /// Ends one fault: restart, resume or heal.
@@ -366,7 +414,7 @@ impl Injector {
             let mut cluster = cluster.lock().await;
             let bin = cluster.server_bin.clone();
             match a.kind {
-                FaultKind::Kill => {
+                FaultKind::Kill | FaultKind::Membership => {
                     let node = &mut cluster.nodes[a.nodes[0]];
                     let started = node.start(&bin).map_err(|e| e.to_string());
                     json!({ "pid": node.pid(), "error": started.err() })
