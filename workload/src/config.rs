@@ -139,7 +139,7 @@ pub struct FaultsConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Schedule {
-    /// Fault types to draw from: kill, pause, restart, isolate, split, latency.
+    /// Fault types to draw from: kill, pause, restart, isolate, split, latency, membership (a kind listed n times is drawn n times as often).
     pub kinds: Vec<FaultKind>,
     /// Fault-free stretch between two fault periods, drawn from [off_min, off_max].
     #[serde(with = "humantime_serde")]
@@ -169,7 +169,7 @@ pub struct Schedule {
     /// of an R1 stream, the stream leader, a replica catching up, the meta leader, a
     /// follower, in that order of weight) rather than any node.
     pub target_bias: f64,
-    /// Chance that a scale request made during a fault period is followed at once by a
+    /// Chance that a scale, move or peer removal made during a fault period is followed at once by a
     /// fault on the stream leader, a replica catching up or the sole replica.
     pub align_probability: f64,
     /// The scaler flips between one replica and the most it may use, instead of drawing
