@@ -61,3 +61,20 @@ fn every_operation_takes_effect_on_five_nodes_and_every_property_holds() {
     assert!(held("peer-removal-eventually-replaced") >= 1 && held("stepdown-eventually-elects") >= 1);
     assert_eq!(report["final_check"]["read"], "held");
 }
+
+/// An older server (2.14.6, `$NATS_SERVER_OLD`, installed by scripts/test) is never sent an
+/// operation it lacks: the report names them as skipped, and the run goes to its verdict.
+#[test]
+fn an_older_server_is_never_sent_what_it_lacks() {
+    let old = std::env::var("NATS_SERVER_OLD").expect("NATS_SERVER_OLD: a 2.14 nats-server (scripts/test installs one)");
+    let (report, log) = local_run("3", "30s", EVERY_OPERATION, &["--nats-server", &old]);
+    let tail: String = log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
+    assert!(report["verdict"].is_string(), "the run reached a verdict: {tail}");
+    let ops = &report["operations"];
+    for op in ["peer-evacuate", "cancel-move"] {
+        assert!(ops["skipped"][op].as_str().is_some_and(|why| why.contains("2.15")), "{op} not skipped: {ops}");
+        assert!(ops["counts"][op].is_null(), "{op} was sent to 2.14: {ops}");
+    }
+    assert!(ops["counts"]["stream-stepdown"]["done"].as_u64().unwrap_or(0) + ops["counts"]["move"]["done"].as_u64().unwrap_or(0) > 0, "{ops}");
+    assert!(!log.contains("STREAM.PEER.EVACUATE") && !log.contains("CANCEL_MOVE"));
+}
