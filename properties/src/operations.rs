@@ -74,18 +74,23 @@ impl std::fmt::Display for Version {
     }
 }
 
+/// A server's cluster, as a tag: `cluster:<name>` (servers' own tags never contain ':'
+/// here, and placement by cluster is judged like placement by tags).
+pub const CLUSTER_TAG: &str = "cluster:";
+
 /// The servers holding the stream: its leader and the listed replicas.
 pub fn peers(info: &StreamInfoView) -> Vec<String> {
     let Some(c) = &info.cluster else { return Vec::new() };
     c.leader.iter().filter(|l| !l.is_empty()).cloned().chain(c.replicas.iter().map(|r| r.name.clone())).collect()
 }
 
-/// Whether a settled stream's peers all carry every tag of its placement. `tags_of` maps
-/// the server names seen so far to their tags; a peer not in it cannot be judged.
+/// Whether a settled stream's peers all carry every tag of its placement and belong to its
+/// cluster. `tags_of` maps the server names seen so far to their tags (and cluster tag); a
+/// peer not in it cannot be judged.
 pub fn placement_honoured(info: &StreamInfoView, tags_of: &BTreeMap<String, BTreeSet<String>>) -> (Outcome, String) {
-    let required = &info.config.placement.tags;
+    let required = &info.config.placement.required();
     if required.is_empty() {
-        return (Outcome::Held, "no placement tags".into());
+        return (Outcome::Held, "no placement".into());
     }
     let mut unknown = Vec::new();
     for peer in peers(info) {

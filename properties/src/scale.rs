@@ -23,11 +23,27 @@ pub struct ConfigView {
     pub placement: PlacementView,
 }
 
-/// Where the stream may be placed: servers carrying every one of `tags`.
-#[derive(Clone, Debug, Default, Deserialize)]
+/// Where the stream may be placed: servers of `cluster` (any, when unset) carrying every
+/// one of `tags`.
+#[derive(Clone, Debug, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 pub struct PlacementView {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     #[serde(default)]
     pub tags: Vec<String>,
+}
+
+impl PlacementView {
+    /// The placement as tags a server must carry; a server's cluster counts as the tag
+    /// `cluster:<name>` (see [`crate::operations::CLUSTER_TAG`]).
+    pub fn required(&self) -> Vec<String> {
+        let cluster = self.cluster.iter().filter(|c| !c.is_empty()).map(|c| format!("{}{c}", crate::operations::CLUSTER_TAG));
+        self.tags.iter().cloned().chain(cluster).collect()
+    }
+
+    pub fn is_set(&self) -> bool {
+        !self.required().is_empty()
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -15,9 +15,13 @@ use std::time::{Duration, Instant};
 
 pub struct Node {
     pub name: String,
+    /// The cluster it belongs to ("workload" when there is one, else c1, c2, ...).
+    pub cluster: String,
     pub client_port: u16,
     pub cluster_port: u16,
     pub http_port: u16,
+    /// Where other clusters' gateways connect (unused with one cluster).
+    pub gateway_port: u16,
     pub config_file: PathBuf,
     pub log_file: PathBuf,
     /// The JetStream store directory (named after the node's first name).
@@ -119,6 +123,28 @@ impl Drop for Node {
     }
 }
 
+/// How many clusters of how many nodes each; several form a supercluster joined by
+/// gateways. Node `i` belongs to cluster `i / nodes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub clusters: usize,
+    pub nodes: usize,
+}
+
+impl Layout {
+    pub fn size(self) -> usize {
+        self.clusters * self.nodes
+    }
+
+    fn cluster_name(self, i: usize) -> String {
+        if self.clusters > 1 { Self::name_of(i / self.nodes.max(1)) } else { "workload".into() }
+    }
+
+    fn name_of(c: usize) -> String {
+        format!("c{}", c + 1)
+    }
+}
+
 /// `n` free TCP ports on 127.0.0.1, all held until every one is chosen.
 fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let listeners: Vec<TcpListener> = (0..n).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
@@ -188,23 +214,26 @@ pub fn group_tags(i: usize, n: usize) -> Vec<String> {
 }
 
 impl LocalCluster {
-    /// Writes configs under `dir` and starts `n` nodes. Does not wait for health. With
-    /// `proxied`, every route and client connection goes through a [`Link`] so the
-    /// injector can cut or slow it; servers are told not to advertise their real
+    /// Writes configs under `dir` and starts `layout`'s nodes. Does not wait for health.
+    /// With `proxied`, every route, gateway and client connection goes through a [`Link`]
+    /// so the injector can cut or slow it; servers are told not to advertise their real
     /// addresses, so nothing bypasses the links.
-    pub async fn start(server_bin: &Path, n: usize, dir: &Path, proxied: bool) -> anyhow::Result<LocalCluster> {
+    pub async fn start(server_bin: &Path, layout: Layout, dir: &Path, proxied: bool) -> anyhow::Result<LocalCluster> {
+        let n = layout.size();
         if n == 0 {
             bail!("a cluster needs at least one node");
         }
         let dir = std::path::absolute(dir)?;
         fs::create_dir_all(&dir)?;
-        let ports = free_ports(3 * n)?;
+        let ports = free_ports(4 * n)?;
         let mut nodes: Vec<Node> = (0..n)
             .map(|i| Node {
                 name: format!("n{}", i + 1),
-                client_port: ports[3 * i],
-                cluster_port: ports[3 * i + 1],
-                http_port: ports[3 * i + 2],
+                cluster: layout.cluster_name(i),
+                client_port: ports[4 * i],
+                cluster_port: ports[4 * i + 1],
+                http_port: ports[4 * i + 2],
+                gateway_port: ports[4 * i + 3],
                 config_file: dir.join(format!("n{}.conf", i + 1)),
                 log_file: dir.join(format!("n{}.log", i + 1)),
                 store_dir: dir.join(format!("n{}", i + 1)).join("jetstream"),
@@ -212,6 +241,11 @@ impl LocalCluster {
                 child: None,
             })
             .collect();
+        // Node i reaches node j through j's route port in its own cluster, its gateway
+        // port in another: one link per ordered pair either way.
+        let cluster_of: Vec<String> = nodes.iter().map(|n| n.cluster.clone()).collect();
+        let ports_of: Vec<(u16, u16)> = nodes.iter().map(|n| (n.cluster_port, n.gateway_port)).collect();
+        let port_for = |i: usize, j: usize| if cluster_of[i] == cluster_of[j] { ports_of[j].0 } else { ports_of[j].1 };
         let network = if proxied {
             let mut clients = Vec::new();
             let mut routes = Vec::new();
@@ -219,7 +253,7 @@ impl LocalCluster {
                 clients.push(Link::start(format!("client->{}", node.name), node.client_port).await?);
                 let mut row = Vec::new();
                 for (j, peer) in nodes.iter().enumerate() {
-                    row.push(if i == j { None } else { Some(Link::start(format!("{}->{}", node.name, peer.name), peer.cluster_port).await?) });
+                    row.push(if i == j { None } else { Some(Link::start(format!("{}->{}", node.name, peer.name), port_for(i, j)).await?) });
                 }
                 routes.push(row);
             }
@@ -230,19 +264,41 @@ impl LocalCluster {
         for (i, node) in nodes.iter().enumerate() {
             let store = &node.store_dir;
             fs::create_dir_all(store)?;
-            let routes: Vec<String> = match &network {
-                Some(net) => (0..n).filter_map(|j| net.route(i, j)).map(|l| format!("\"nats-route://127.0.0.1:{}\"", l.port)).collect(),
-                None => nodes.iter().map(|p| format!("\"nats-route://127.0.0.1:{}\"", p.cluster_port)).collect(),
+            let url = |j: usize, scheme: &str| match &network {
+                Some(net) => net.route(i, j).map(|l| format!("\"{scheme}://127.0.0.1:{}\"", l.port)),
+                None => Some(format!("\"{scheme}://127.0.0.1:{}\"", port_for(i, j))),
             };
+            let routes: Vec<String> = (0..n).filter(|j| cluster_of[*j] == node.cluster && !(*j == i && network.is_some())).filter_map(|j| url(j, "nats-route")).collect();
+            let gateway = if layout.clusters > 1 {
+                let remotes: Vec<String> = (0..layout.clusters)
+                    .map(|c| Layout::name_of(c))
+                    .filter(|c| *c != node.cluster)
+                    .map(|c| {
+                        let urls: Vec<String> = (0..n).filter(|j| cluster_of[*j] == c).filter_map(|j| url(j, "nats")).collect();
+                        format!("    {{ name: {c}, urls: [{}] }}", urls.join(", "))
+                    })
+                    .collect();
+                format!(
+                    "gateway {{\n  name: {}\n  listen: \"127.0.0.1:{}\"\n{}  gateways: [\n{}\n  ]\n}}\n",
+                    node.cluster,
+                    node.gateway_port,
+                    if proxied { "  advertise: \"127.0.0.1:1\"\n" } else { "" },
+                    remotes.join(",\n")
+                )
+            } else {
+                String::new()
+            };
+            let position = i % layout.nodes;
             let conf = format!(
                 "server_name: {name}\nlisten: \"127.0.0.1:{client}\"\nhttp: \"127.0.0.1:{http}\"\nserver_tags: [{tags}]\n{ACCOUNTS}\
                  lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"2s\"\n\
                  jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n\
-                 cluster {{\n  name: workload\n  listen: \"127.0.0.1:{cluster}\"\n{advertise}  routes: [{routes}]\n}}\n",
+                 cluster {{\n  name: {cluster_name}\n  listen: \"127.0.0.1:{cluster}\"\n{advertise}  routes: [{routes}]\n}}\n{gateway}",
                 name = node.name,
-                tags = group_tags(i, n).iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", "),
+                tags = group_tags(position, layout.nodes).iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", "),
                 client = node.client_port,
                 http = node.http_port,
+                cluster_name = node.cluster,
                 cluster = node.cluster_port,
                 store = store.display(),
                 routes = routes.join(", "),
@@ -274,9 +330,14 @@ impl LocalCluster {
     /// taken by another process before nats-server binds it: when a node exits during
     /// start-up for that reason, the cluster starts again on new ports (three tries).
     pub async fn launch(server_bin: &Path, n: usize, dir: &Path, proxied: bool, timeout: Duration) -> anyhow::Result<LocalCluster> {
+        Self::launch_layout(server_bin, Layout { clusters: 1, nodes: n }, dir, proxied, timeout).await
+    }
+
+    /// [`LocalCluster::launch`] for a supercluster of `layout.clusters` clusters.
+    pub async fn launch_layout(server_bin: &Path, layout: Layout, dir: &Path, proxied: bool, timeout: Duration) -> anyhow::Result<LocalCluster> {
         let mut attempt = 1;
         loop {
-            let mut cluster = Self::start(server_bin, n, dir, proxied).await?;
+            let mut cluster = Self::start(server_bin, layout, dir, proxied).await?;
             match cluster.wait_healthy(timeout).await {
                 Ok(()) => return Ok(cluster),
                 Err(e) if attempt < 3 && cluster.lost_a_port() => {

@@ -33,9 +33,13 @@ struct Cli {
 enum Command {
     /// Start a local nats-server cluster (child processes on 127.0.0.1) and run against it.
     Local {
-        /// Number of cluster nodes.
+        /// Number of cluster nodes (per cluster, with --clusters).
         #[arg(long, env = "WORKLOAD_NODES", default_value_t = 3)]
         nodes: usize,
+        /// Number of clusters: more than one forms a supercluster joined by gateways (c1,
+        /// c2, ...), and the operator moves the stream between them.
+        #[arg(long, env = "WORKLOAD_CLUSTERS", default_value_t = 1)]
+        clusters: usize,
         /// nats-server binary (default: $NATS_SERVER, the project's .venv, then PATH).
         #[arg(long, env = "NATS_SERVER")]
         nats_server: Option<PathBuf>,
@@ -176,7 +180,7 @@ impl Command {
     fn cluster_size(&self) -> usize {
         let of = |c: &ClusterArgs| c.cluster_size.unwrap_or(c.servers.len());
         match self {
-            Command::Local { nodes, .. } => *nodes,
+            Command::Local { nodes, clusters, .. } => nodes * (*clusters).max(1),
             Command::Run { cluster, .. } => of(cluster),
             Command::Composer { step } => of(&step.args().cluster),
             Command::Bench { .. } => 3,
@@ -365,14 +369,16 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let duration = command.common().duration;
     let knobs = Knobs { payload_size: command.common().payload_size.is_none(), in_flight: command.common().in_flight.is_none() };
     let (addr, server_version, target, composer) = match command {
-        Command::Local { nodes, nats_server, .. } => {
+        Command::Local { nodes: per_cluster, clusters, nats_server, .. } => {
+            let layout = cluster::Layout { clusters: clusters.max(1), nodes: per_cluster };
+            let nodes = layout.size();
             let bin = cluster::find_server(nats_server.as_deref())?;
             let version = cluster::server_version(&bin);
             let dir = out.join("cluster");
             let _ = std::fs::remove_dir_all(&dir); // fresh data dirs every run
             tracing::info!(nodes, server = %bin.display(), version = version.as_deref().unwrap_or("?"), faults = cfg.faults.enabled, "starting local cluster in {}", dir.display());
             let local = tokio::select! {
-                r = LocalCluster::launch(&bin, nodes, &dir, cfg.faults.enabled, Duration::from_secs(60)) => r?,
+                r = LocalCluster::launch_layout(&bin, layout, &dir, cfg.faults.enabled, Duration::from_secs(60)) => r?,
                 _ = stop.cancelled() => return Ok(ExitCode::from(EXIT_INFRA)),
             };
             let addr = ClusterAddr { servers: local.client_urls(), monitor_urls: local.monitor_urls(), size: nodes };

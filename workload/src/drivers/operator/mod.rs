@@ -14,7 +14,7 @@ use crate::jsapi::{self, ApiError};
 use crate::random::Chooser;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::{peers, placement_honoured, OpKind, Version};
+use properties::operations::{peers, placement_honoured, OpKind, Version, CLUSTER_TAG};
 use properties::scale::{settled, StreamInfoView};
 use properties::{Outcome, Property};
 use serde::Serialize;
@@ -191,7 +191,8 @@ pub async fn refresh_tags(ctx: &Ctx) {
         let Ok(r) = http.get(format!("{url}/varz")).send().await else { continue };
         let Ok(v) = serde_json::from_str::<Value>(&r.text().await.unwrap_or_default()) else { continue };
         if let Some(name) = v["server_name"].as_str() {
-            let tags = v["tags"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).collect();
+            let cluster = v["cluster"]["name"].as_str().map(|c| format!("{CLUSTER_TAG}{c}"));
+            let tags = v["tags"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).chain(cluster).collect();
             ctx.view.saw_tags(name, tags);
         }
     }
@@ -217,8 +218,8 @@ pub async fn judge_placement(ctx: &Ctx, view: &StreamInfoView, violated_since: &
     match outcome {
         Outcome::Held => {
             *violated_since = None;
-            if !view.config.placement.tags.is_empty() {
-                sdk::check(Property::PlacementHonoured, true, &json!({ "tags": view.config.placement.tags }));
+            if view.config.placement.is_set() {
+                sdk::check(Property::PlacementHonoured, true, &json!({ "placement": view.config.placement }));
             }
             Ok(())
         }
@@ -228,7 +229,7 @@ pub async fn judge_placement(ctx: &Ctx, view: &StreamInfoView, violated_since: &
             if since.elapsed() < PLACEMENT_GRACE {
                 return Err(format!("placement not honoured yet: {why}"));
             }
-            sdk::check(Property::PlacementHonoured, false, &json!({ "stream": ctx.stream, "tags": view.config.placement.tags,
+            sdk::check(Property::PlacementHonoured, false, &json!({ "stream": ctx.stream, "placement": view.config.placement,
                 "peers": properties::operations::peers(view), "problem": why, "settled_for_s": since.elapsed().as_secs_f64() }));
             Ok(())
         }

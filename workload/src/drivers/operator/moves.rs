@@ -1,5 +1,6 @@
-//! Moving the stream inside the cluster: its `placement.tags` changed to another group of
-//! servers (or dropped), sometimes cancelled at once (2.15), sometimes waited for.
+//! Moving the stream: its `placement` changed to another group of servers in its cluster
+//! (`tags`), to another cluster of a supercluster (`cluster`), or dropped; sometimes
+//! cancelled at once (2.15), sometimes waited for.
 
 use super::{note_settling, send, wait_settled, Sent};
 use crate::cluster::{http_client, unhealthy};
@@ -7,22 +8,29 @@ use crate::jsapi;
 use crate::random::Chooser;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::{peers, servers_with, OpKind};
+use properties::operations::{peers, servers_with, OpKind, CLUSTER_TAG};
+use properties::scale::PlacementView;
 use properties::Property;
 use rand::Rng;
 use serde_json::{json, Value};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// Where the stream may go from `current` tags at `replicas`: every single tag some server
-/// carries whose servers can hold that many replicas, other than the current placement,
-/// and no placement at all when one is set.
-pub fn destinations(tags_of: &std::collections::BTreeMap<String, BTreeSet<String>>, current: &[String], replicas: usize) -> Vec<Vec<String>> {
-    let all: BTreeSet<&String> = tags_of.values().flatten().collect();
-    let mut out: Vec<Vec<String>> =
-        all.into_iter().map(|t| vec![t.clone()]).filter(|t| t.as_slice() != current && servers_with(tags_of, t).len() >= replicas).collect();
-    if !current.is_empty() {
-        out.push(Vec::new());
-    }
+/// Where a stream of `replicas` placed at `current`, whose leader is `leader`, may go:
+/// another group tag of its cluster, no tags, or (in a supercluster) another cluster; only
+/// places with servers enough for `replicas`.
+pub fn destinations(tags_of: &BTreeMap<String, BTreeSet<String>>, current: &PlacementView, leader: Option<&str>, replicas: usize) -> Vec<PlacementView> {
+    let is_cluster = |t: &&String| t.starts_with(CLUSTER_TAG);
+    let clusters: BTreeSet<String> = tags_of.values().flatten().filter(is_cluster).map(|t| t[CLUSTER_TAG.len()..].to_string()).collect();
+    let here = current.cluster.clone().or_else(|| {
+        let tags = tags_of.get(leader?)?;
+        tags.iter().find(is_cluster).map(|t| t[CLUSTER_TAG.len()..].to_string())
+    });
+    let groups: BTreeSet<&String> = tags_of.values().flatten().filter(|t| !is_cluster(t)).collect();
+    let pinned = clusters.len() > 1; // name the cluster, so a tag does not pick the other one's group
+    let mut out: Vec<PlacementView> = groups.into_iter().map(|g| PlacementView { cluster: here.clone().filter(|_| pinned), tags: vec![g.clone()] }).collect();
+    out.push(PlacementView { cluster: here.clone().filter(|_| pinned), tags: Vec::new() });
+    out.extend(clusters.iter().filter(|c| Some(*c) != here.as_ref()).map(|c| PlacementView { cluster: Some(c.clone()), tags: Vec::new() }));
+    out.retain(|p| p != current && servers_with(tags_of, &p.required()).len() >= replicas);
     out
 }
 
@@ -33,8 +41,9 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, can
         ctx.ops.count(OpKind::Move, |c| c.not_applicable += 1);
         return Some(());
     };
-    let current = info.view.config.placement.tags.clone();
-    let options = destinations(&ctx.view.tags_of(), &current, info.view.config.num_replicas);
+    let current = info.view.config.placement.clone();
+    let leader = info.view.cluster.as_ref().and_then(|c| c.leader.clone());
+    let options = destinations(&ctx.view.tags_of(), &current, leader.as_deref(), info.view.config.num_replicas);
     if options.is_empty() {
         ctx.ops.count(OpKind::Move, |c| c.not_applicable += 1);
         return Some(());
@@ -80,34 +89,50 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, can
     Some(())
 }
 
-fn set_placement(config: &mut Value, tags: &[String]) {
-    match config.as_object_mut() {
-        Some(c) if tags.is_empty() => {
-            c.remove("placement");
-        }
-        Some(c) => {
-            c.insert("placement".into(), json!({ "tags": tags }));
-        }
-        None => {}
+fn set_placement(config: &mut Value, to: &PlacementView) {
+    if let Some(c) = config.as_object_mut() {
+        match to.is_set() {
+            false => c.remove("placement"),
+            true => c.insert("placement".into(), json!(to)),
+        };
     }
 }
-
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+
+    fn tags(entries: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {
+        entries.iter().map(|(n, t)| (n.to_string(), t.iter().map(|s| s.to_string()).collect())).collect()
+    }
+
+    fn at(cluster: Option<&str>, t: &[&str]) -> PlacementView {
+        PlacementView { cluster: cluster.map(String::from), tags: t.iter().map(|s| s.to_string()).collect() }
+    }
 
     #[test]
     fn destinations_fit_the_replicas_and_differ_from_where_the_stream_is() {
-        let tags_of: BTreeMap<String, BTreeSet<String>> = [("n1", ["g0", "g2"]), ("n2", ["g0", "g1"]), ("n3", ["g1", "g2"])]
-            .iter()
-            .map(|(n, t)| (n.to_string(), t.iter().map(|s| s.to_string()).collect()))
-            .collect();
-        let d = destinations(&tags_of, &[], 2);
-        assert_eq!(d, vec![vec!["g0".to_string()], vec!["g1".into()], vec!["g2".into()]]);
-        assert!(destinations(&tags_of, &[], 3).is_empty(), "no group holds three replicas");
-        let d = destinations(&tags_of, &["g1".into()], 1);
-        assert!(!d.contains(&vec!["g1".to_string()]) && d.contains(&Vec::new()), "elsewhere, or no placement");
+        let one = tags(&[("n1", &["g0", "g2", "cluster:workload"]), ("n2", &["g0", "g1", "cluster:workload"]), ("n3", &["g1", "g2", "cluster:workload"])]);
+        let d = destinations(&one, &at(None, &[]), Some("n1"), 2);
+        assert_eq!(d, vec![at(None, &["g0"]), at(None, &["g1"]), at(None, &["g2"])], "one cluster: no cluster named");
+        assert!(destinations(&one, &at(None, &[]), Some("n1"), 3).is_empty(), "no group holds three replicas");
+        let d = destinations(&one, &at(None, &["g1"]), Some("n2"), 1);
+        assert!(!d.contains(&at(None, &["g1"])) && d.contains(&at(None, &[])), "elsewhere, or no placement");
+    }
+
+    #[test]
+    fn a_supercluster_adds_the_other_cluster_and_pins_groups_to_this_one() {
+        let two = tags(&[
+            ("n1", &["g0", "cluster:c1"]),
+            ("n2", &["g0", "cluster:c1"]),
+            ("n3", &["cluster:c1"]),
+            ("n4", &["g0", "cluster:c2"]),
+            ("n5", &["g0", "cluster:c2"]),
+            ("n6", &["cluster:c2"]),
+        ]);
+        let d = destinations(&two, &at(None, &[]), Some("n3"), 3);
+        assert_eq!(d, vec![at(Some("c1"), &[]), at(Some("c2"), &[])], "{d:?}");
+        let d = destinations(&two, &at(Some("c2"), &[]), Some("n4"), 2);
+        assert_eq!(d, vec![at(Some("c2"), &["g0"]), at(Some("c1"), &[])], "{d:?}");
     }
 }

@@ -22,7 +22,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, op:
     let holders = peers(&info.view);
     let tags_of = ctx.view.tags_of();
     // A replacement must exist, or the server rightly refuses ("peer remap failed").
-    let spare = servers_with(&tags_of, &info.view.config.placement.tags).into_iter().any(|s| !holders.iter().any(|h| h == s));
+    let spare = servers_with(&tags_of, &info.view.config.placement.required()).into_iter().any(|s| !holders.iter().any(|h| h == s));
     // Removing the only replica of an R1 stream is accepted and starts the stream afresh,
     // empty, on another server: the operator would have destroyed the data itself.
     // Evacuation adds the replacement first, so it may take an R1 stream's replica.

@@ -44,7 +44,7 @@ impl Scaler {
         let timeout = ctx.api_timeout();
         // While a placement is set, only counts it can hold are drawn.
         let info = jsapi::stream_info(client, &ctx.stream, timeout).await.ok();
-        let room = info.as_ref().map(|i| &i.view.config.placement.tags).filter(|t| !t.is_empty()).map(|tags| servers_with(&ctx.view.tags_of(), tags).len());
+        let room = info.as_ref().map(|i| i.view.config.placement.required()).filter(|t| !t.is_empty()).map(|tags| servers_with(&ctx.view.tags_of(), &tags).len());
         let choices: Vec<usize> = self.choices.iter().copied().filter(|r| room.is_none_or(|n| *r <= n)).collect();
         if choices.is_empty() {
             ctx.ops.count(OpKind::Scale, |c| c.not_applicable += 1);
