@@ -5,11 +5,15 @@
 use serde_json::Value;
 
 fn local_run(nodes: &str, duration: &str, config: &str, extra: &[&str]) -> (Value, String) {
+    local_run_in(1, nodes, duration, config, extra)
+}
+
+fn local_run_in(clusters: usize, nodes: &str, duration: &str, config: &str, extra: &[&str]) -> (Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("ops.toml");
     std::fs::write(&cfg, config).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
-        .args(["local", "--nodes", nodes, "--duration", duration, "--seed", "16", "--faults", "false"])
+        .args(["local", "--clusters", &clusters.to_string(), "--nodes", nodes, "--duration", duration, "--seed", "16", "--faults", "false"])
         .args(["--liveness-window", "60s", "--liveness-quiet", "15s", "--config"])
         .arg(&cfg)
         .args(extra)
@@ -77,4 +81,32 @@ fn an_older_server_is_never_sent_what_it_lacks() {
     }
     assert!(ops["counts"]["stream-stepdown"]["done"].as_u64().unwrap_or(0) + ops["counts"]["move"]["done"].as_u64().unwrap_or(0) > 0, "{ops}");
     assert!(!log.contains("STREAM.PEER.EVACUATE") && !log.contains("CANCEL_MOVE"));
+}
+
+/// In a supercluster of two three-node clusters joined by gateways, the stream moves from
+/// one cluster to the other and back, and where it settles is judged.
+#[test]
+fn the_stream_moves_between_the_clusters_of_a_supercluster() {
+    let config = r#"
+[operator]
+interval_min = "500ms"
+interval_max = "1s"
+wait_settled_probability = 1.0
+cancel_move_probability = 0.0
+[operator.weights]
+scale = 0
+move = 1
+peer_remove = 0
+peer_evacuate = 0
+stream_stepdown = 0
+meta_stepdown = 0
+"#;
+    let (report, log) = local_run_in(2, "3", "45s", config, &[]);
+    let tail: String = log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
+    assert_eq!(report["verdict"], "pass", "{}\n{tail}", report["failed"]);
+    let moves = &report["operations"]["counts"]["move"];
+    assert!(moves["effect_seen"].as_u64().unwrap_or(0) >= 2, "the stream changed clusters there and back: {moves}\n{tail}");
+    assert!(log.contains(r#"to=PlacementView { cluster: Some("c1")"#) && log.contains(r#"to=PlacementView { cluster: Some("c2")"#), "{tail}");
+    let held = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "placement-honoured").unwrap()["held"].as_u64().unwrap();
+    assert!(held >= 2, "placement judged where the moves settled");
 }
