@@ -207,9 +207,33 @@ async fn info(ctx: &Ctx, client: &async_nats::Client) -> Result<jsapi::StreamInf
 /// the config can change a moment before the server lists the new peers.
 const PLACEMENT_GRACE: Duration = Duration::from_secs(15);
 
+/// Judges where a stream settles, over one settle wait: a placement violation counts once
+/// every look for `PLACEMENT_GRACE` found the stream settled outside its placement.
+#[derive(Default)]
+pub struct PlacementJudge(Mutex<Option<Instant>>);
+
+impl PlacementJudge {
+    /// The stream was not settled at this look: a violation must start over.
+    pub fn unsettled(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            *s = None;
+        }
+    }
+
+    /// Judges a settled look (see [`judge_placement`]).
+    pub async fn settled(&self, ctx: &Ctx, view: &StreamInfoView) -> Result<(), String> {
+        let mut since = self.0.lock().map(|s| *s).unwrap_or_default();
+        let judged = judge_placement(ctx, view, &mut since).await;
+        if let Ok(mut s) = self.0.lock() {
+            *s = since;
+        }
+        judged
+    }
+}
+
 /// Judges the placement of a settled stream. `Ok` when honoured (or a violation was
 /// reported after lasting `PLACEMENT_GRACE`); `Err` while it may still be a moment's view.
-pub async fn judge_placement(ctx: &Ctx, view: &StreamInfoView, violated_since: &mut Option<Instant>) -> Result<(), String> {
+async fn judge_placement(ctx: &Ctx, view: &StreamInfoView, violated_since: &mut Option<Instant>) -> Result<(), String> {
     let (mut outcome, mut why) = placement_honoured(view, &ctx.view.tags_of());
     if outcome == Outcome::Unknown {
         refresh_tags(ctx).await;
@@ -248,19 +272,20 @@ pub async fn wait_settled(
     extra: impl Fn(&StreamInfoView) -> Result<(), String>,
 ) -> bool {
     let http = http_client();
-    let violated = Mutex::new(None);
+    let placement = PlacementJudge::default();
     let check = || async {
-        let info = info(ctx, client).await?;
-        settled(&info.view, info.view.config.num_replicas)?;
-        extra(&info.view)?;
-        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
-        if !sick.is_empty() {
-            return Err(format!("not healthy: {}", sick.join(", ")));
-        }
-        let mut since = *violated.lock().map_err(|_| "poisoned")?;
-        let judged = judge_placement(ctx, &info.view, &mut since).await;
-        *violated.lock().map_err(|_| "poisoned")? = since;
-        judged.map(|()| peers(&info.view))
+        let look = async {
+            let info = info(ctx, client).await?;
+            settled(&info.view, info.view.config.num_replicas)?;
+            extra(&info.view)?;
+            let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
+            if !sick.is_empty() {
+                return Err(format!("not healthy: {}", sick.join(", ")));
+            }
+            Ok(info.view)
+        };
+        let view = look.await.inspect_err(|_| placement.unsettled())?;
+        placement.settled(ctx, &view).await.map(|()| peers(&view))
     };
     let Some(after) = ctx.live.retry(op.id(), property, &ctx.cancel, check).await else { return false };
     let effect = match op {
