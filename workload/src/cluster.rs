@@ -271,7 +271,7 @@ impl LocalCluster {
             let routes: Vec<String> = (0..n).filter(|j| cluster_of[*j] == node.cluster && !(*j == i && network.is_some())).filter_map(|j| url(j, "nats-route")).collect();
             let gateway = if layout.clusters > 1 {
                 let remotes: Vec<String> = (0..layout.clusters)
-                    .map(|c| Layout::name_of(c))
+                    .map(Layout::name_of)
                     .filter(|c| *c != node.cluster)
                     .map(|c| {
                         let urls: Vec<String> = (0..n).filter(|j| cluster_of[*j] == c).filter_map(|j| url(j, "nats")).collect();

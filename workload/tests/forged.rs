@@ -140,3 +140,29 @@ async fn a_server_reported_loss_of_an_acked_message_fails_acked_message_never_lo
     let first = &done.property("acked-message-never-lost")["first_failure"];
     assert_eq!(first["reported_lost_by_server"], json!([1000]), "{first}");
 }
+
+/// The stream's info says it is placed on tag `g0` (n1 and n2) while naming n3 its leader,
+/// every replica current: what a server that settled a move on the wrong peers would say
+/// (2.12.1 was seen doing it under faults). Every look for 15 s says so: the placement fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_settled_outside_its_placement_fails_placement_honoured() {
+    let h = Harness::start("placement").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        let Frame::Msg { payload, .. } = &f else { return vec![f] };
+        let Ok(mut info) = serde_json::from_slice::<Value>(payload) else { return vec![f] };
+        if info["type"] != "io.nats.jetstream.api.v1.stream_info_response" || info["config"]["name"] != stream {
+            return vec![f];
+        }
+        info["config"]["placement"] = json!({ "tags": ["g0"] });
+        info["cluster"]["leader"] = json!("n3");
+        vec![with_payload(f, info.to_string().into_bytes())]
+    })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "30s", &["--operator", "false"]), LIMIT);
+    done.assert_failed("placement-honoured", &[]);
+    let first = &done.property("placement-honoured")["first_failure"];
+    assert!(first["problem"].as_str().unwrap_or("").contains("n3 lacks tag g0"), "{first}");
+    assert!(first["settled_for_s"].as_f64().unwrap() >= 15.0, "{first}");
+}

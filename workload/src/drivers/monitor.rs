@@ -5,6 +5,7 @@
 //! leader can answer from a stale view for a moment. The monitor driver looks every two
 //! seconds; the final verification and the composer commands look until judged.
 
+use crate::drivers::operator::PlacementJudge;
 use crate::faults::quiet::Why;
 use crate::jsapi::{self, ApiError, StreamInfo};
 use crate::replicas::{ReplicaLook, ReplicaProbe};
@@ -22,12 +23,14 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let client = ctx.connect("monitor").await?;
     let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
     let mut probe = ReplicaProbe::new(&ctx.cluster.monitor_urls);
+    let mut placement = PlacementJudge::default();
     while !ctx.cancel.is_cancelled() {
         let acked_before = Stats::get(&ctx.stats.last_acked_seq);
         let answer = jsapi::stream_info_deleted(&client, &ctx.stream, ctx.api_timeout()).await;
         watch.observe(&ctx, &answer, acked_before);
         if let Ok(info) = &answer {
             ctx.view.saw_stream(&info.view);
+            placement.look(&ctx, &info.view).await;
         }
         if probe.enabled() {
             ctx.view.saw_meta_leader(probe.meta_leader().await);

@@ -207,61 +207,49 @@ async fn info(ctx: &Ctx, client: &async_nats::Client) -> Result<jsapi::StreamInf
 /// the config can change a moment before the server lists the new peers.
 const PLACEMENT_GRACE: Duration = Duration::from_secs(15);
 
-/// Judges where a stream settles, over one settle wait: a placement violation counts once
-/// every look for `PLACEMENT_GRACE` found the stream settled outside its placement.
+/// Judges where the stream is, look after look (the monitor's, every two seconds): a
+/// placement violation counts once every look for `PLACEMENT_GRACE` found the stream
+/// settled outside its placement; a look at an unsettled stream starts it over, and a look
+/// whose peers' tags cannot be learned judges nothing.
 #[derive(Default)]
-pub struct PlacementJudge(Mutex<Option<Instant>>);
+pub struct PlacementJudge {
+    violated_since: Option<Instant>,
+}
 
 impl PlacementJudge {
-    /// The stream was not settled at this look: a violation must start over.
-    pub fn unsettled(&self) {
-        if let Ok(mut s) = self.0.lock() {
-            *s = None;
+    pub async fn look(&mut self, ctx: &Ctx, view: &StreamInfoView) {
+        if settled(view, view.config.num_replicas).is_err() {
+            self.violated_since = None;
+            return;
         }
-    }
-
-    /// Judges a settled look (see [`judge_placement`]).
-    pub async fn settled(&self, ctx: &Ctx, view: &StreamInfoView) -> Result<(), String> {
-        let mut since = self.0.lock().map(|s| *s).unwrap_or_default();
-        let judged = judge_placement(ctx, view, &mut since).await;
-        if let Ok(mut s) = self.0.lock() {
-            *s = since;
+        let (mut outcome, mut why) = placement_honoured(view, &ctx.view.tags_of());
+        if outcome == Outcome::Unknown {
+            refresh_tags(ctx).await;
+            (outcome, why) = placement_honoured(view, &ctx.view.tags_of());
         }
-        judged
-    }
-}
-
-/// Judges the placement of a settled stream. `Ok` when honoured (or a violation was
-/// reported after lasting `PLACEMENT_GRACE`); `Err` while it may still be a moment's view.
-async fn judge_placement(ctx: &Ctx, view: &StreamInfoView, violated_since: &mut Option<Instant>) -> Result<(), String> {
-    let (mut outcome, mut why) = placement_honoured(view, &ctx.view.tags_of());
-    if outcome == Outcome::Unknown {
-        refresh_tags(ctx).await;
-        (outcome, why) = placement_honoured(view, &ctx.view.tags_of());
-    }
-    match outcome {
-        Outcome::Held => {
-            *violated_since = None;
-            if view.config.placement.is_set() {
-                sdk::check(Property::PlacementHonoured, true, &json!({ "placement": view.config.placement }));
+        match outcome {
+            Outcome::Held => {
+                self.violated_since = None;
+                if view.config.placement.is_set() {
+                    sdk::check(Property::PlacementHonoured, true, &json!({ "placement": view.config.placement }));
+                }
             }
-            Ok(())
-        }
-        Outcome::Unknown => Err(why),
-        Outcome::Failed => {
-            let since = *violated_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < PLACEMENT_GRACE {
-                return Err(format!("placement not honoured yet: {why}"));
+            Outcome::Unknown => tracing::debug!("placement not judged: {why}"),
+            Outcome::Failed => {
+                let since = *self.violated_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= PLACEMENT_GRACE {
+                    sdk::check(Property::PlacementHonoured, false, &json!({ "stream": ctx.stream, "placement": view.config.placement,
+                        "peers": peers(view), "problem": why, "settled_for_s": since.elapsed().as_secs_f64() }));
+                    self.violated_since = None; // the next report needs another whole grace
+                }
             }
-            sdk::check(Property::PlacementHonoured, false, &json!({ "stream": ctx.stream, "placement": view.config.placement,
-                "peers": properties::operations::peers(view), "problem": why, "settled_for_s": since.elapsed().as_secs_f64() }));
-            Ok(())
         }
     }
 }
 
-/// Waits until the stream has settled at its configured replica count with `extra` true,
-/// every node healthy and its placement honoured; judged by `property`. `before`: the
+/// Waits until the stream has settled at its configured replica count with `extra` true
+/// and every node healthy; judged by `property`. (Where it settled is the monitor's to
+/// judge: [`PlacementJudge`].) `before`: the
 /// peers (leader first) before the operation, to tell whether it had an effect.
 pub async fn wait_settled(
     ctx: &Ctx,
@@ -272,20 +260,15 @@ pub async fn wait_settled(
     extra: impl Fn(&StreamInfoView) -> Result<(), String>,
 ) -> bool {
     let http = http_client();
-    let placement = PlacementJudge::default();
     let check = || async {
-        let look = async {
-            let info = info(ctx, client).await?;
-            settled(&info.view, info.view.config.num_replicas)?;
-            extra(&info.view)?;
-            let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
-            if !sick.is_empty() {
-                return Err(format!("not healthy: {}", sick.join(", ")));
-            }
-            Ok(info.view)
-        };
-        let view = look.await.inspect_err(|_| placement.unsettled())?;
-        placement.settled(ctx, &view).await.map(|()| peers(&view))
+        let info = info(ctx, client).await?;
+        settled(&info.view, info.view.config.num_replicas)?;
+        extra(&info.view)?;
+        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
+        if !sick.is_empty() {
+            return Err(format!("not healthy: {}", sick.join(", ")));
+        }
+        Ok(peers(&info.view))
     };
     let Some(after) = ctx.live.retry(op.id(), property, &ctx.cancel, check).await else { return false };
     let effect = match op {

@@ -13,7 +13,7 @@ use crate::state::{Ctx, Stats};
 use properties::scale::settled;
 use properties::Property;
 use crate::random::Chooser;
-use super::{note_settling, PlacementJudge};
+use super::note_settling;
 use properties::operations::{servers_with, OpKind};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
@@ -112,27 +112,22 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
 pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usize) -> bool {
     let started = Instant::now();
     let http = http_client();
-    let placement = PlacementJudge::default();
     let check = || async {
-        let look = async {
-            let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
-            if info.view.config.num_replicas != replicas {
-                // An earlier request that timed out for us can reach the meta leader after a
-                // later one and undo it: the operator owns the count, so it asks again.
-                let config = info.raw["config"].clone();
-                jsapi::set_replicas(client, &ctx.stream, config, replicas, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
-                Stats::add(&ctx.stats.scale_reissued, 1);
-                return Err(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas));
-            }
-            settled(&info.view, replicas)?;
-            let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
-            if !sick.is_empty() {
-                return Err(format!("not healthy: {}", sick.join(", ")));
-            }
-            Ok(info.view)
-        };
-        let view = look.await.inspect_err(|_| placement.unsettled())?;
-        placement.settled(ctx, &view).await
+        let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
+        if info.view.config.num_replicas != replicas {
+            // An earlier request that timed out for us can reach the meta leader after a
+            // later one and undo it: the operator owns the count, so it asks again.
+            let config = info.raw["config"].clone();
+            jsapi::set_replicas(client, &ctx.stream, config, replicas, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
+            Stats::add(&ctx.stats.scale_reissued, 1);
+            return Err(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas));
+        }
+        settled(&info.view, replicas)?;
+        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
+        if !sick.is_empty() {
+            return Err(format!("not healthy: {}", sick.join(", ")));
+        }
+        Ok(())
     };
     if ctx.live.retry("scale settle", Property::ScaleEventuallySettles, &ctx.cancel, check).await.is_none() {
         return false;
