@@ -172,7 +172,7 @@ async fn a_follower_silently_missing_messages_fails_replicas_agree() {
     let follower = info.view.cluster.unwrap().replicas[0].name.clone();
     let i = h.cluster.nodes.iter().position(|n| n.name == follower).unwrap();
     h.cluster.nodes[i].kill();
-    let msgs = h.dir.path().join("cluster").join(&follower).join("jetstream/jetstream/$G/streams").join(&h.stream).join("msgs");
+    let msgs = h.dir.path().join("cluster").join(&follower).join("jetstream/jetstream/APP/streams").join(&h.stream).join("msgs");
     let first_block = msgs.join("1.blk");
     let mut bytes = std::fs::read(&first_block).unwrap();
     let at = bytes.len() / 2;
@@ -230,7 +230,7 @@ async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
     let node = info.view.cluster.and_then(|c| c.leader).unwrap();
     let i = h.cluster.nodes.iter().position(|n| n.name == node).unwrap();
     h.cluster.nodes[i].kill();
-    let blocks = h.dir.path().join("cluster").join(&node).join("jetstream/jetstream/$G/streams").join(&h.stream).join("msgs");
+    let blocks = h.dir.path().join("cluster").join(&node).join("jetstream/jetstream/APP/streams").join(&h.stream).join("msgs");
     let last_block = std::fs::read_dir(&blocks).unwrap().map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "blk"))
         .max_by_key(|p| p.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok()))

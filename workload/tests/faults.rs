@@ -246,10 +246,13 @@ fn the_gentle_profile_passes_a_short_run() {
 #[test]
 fn the_aggressive_profile_passes_a_short_run() {
     let report = a_short_run_passes("aggressive");
+    // Scaling is about half of the operator's operations: a few flips each way in 90 s.
     for id in ["stream-scaled-down-to-r1", "stream-scaled-up-from-r1"] {
         let p = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap();
-        assert!(p["held"].as_u64().unwrap() >= 3, "R1 <-> R3 flips: {p}");
+        assert!(p["held"].as_u64().unwrap() >= 1, "R1 <-> R3 flips: {p}");
     }
+    let scales = &report["operations"]["counts"]["scale"];
+    assert!(scales["done"].as_u64().unwrap_or(0) >= 4, "{scales}");
 }
 
 #[test]
