@@ -42,17 +42,20 @@ impl Scaler {
     /// stopped.
     pub async fn step(&mut self, ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser) -> Option<()> {
         let timeout = ctx.api_timeout();
-        // While a placement is set, only counts it can hold are drawn.
-        let info = jsapi::stream_info(client, &ctx.stream, timeout).await.ok();
-        let room = info.as_ref().map(|i| i.view.config.placement.required()).filter(|t| !t.is_empty()).map(|tags| servers_with(&ctx.view.tags_of(), &tags).len());
+        // While a placement is set, only counts it can hold are drawn (a correct server
+        // refuses the others for good): without the stream's info, nothing is drawn.
+        let Ok(info) = jsapi::stream_info(client, &ctx.stream, timeout).await else {
+            ctx.ops.count(OpKind::Scale, |c| c.not_applicable += 1);
+            return Some(());
+        };
+        let required = info.view.config.placement.required();
+        let room = (!required.is_empty()).then(|| servers_with(&ctx.view.tags_of(), &required).len());
         let choices: Vec<usize> = self.choices.iter().copied().filter(|r| room.is_none_or(|n| *r <= n)).collect();
         if choices.is_empty() {
             ctx.ops.count(OpKind::Scale, |c| c.not_applicable += 1);
             return Some(());
         }
-        if let Some(i) = &info {
-            note_settling(&i.view, OpKind::Scale);
-        }
+        note_settling(&info.view, OpKind::Scale);
         let mut target = if self.flip {
             // R1 <-> R(max): the switches where the known bugs live.
             let now = Stats::get(&ctx.stats.replicas) as usize;
