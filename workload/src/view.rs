@@ -73,10 +73,15 @@ impl ClusterView {
         }
     }
 
-    /// A server's tags, from its `/varz`.
-    pub fn saw_tags(&self, server: &str, tags: BTreeSet<String>) {
+    /// Servers' tags, from their `/varz`: replaces what was known when all `of` nodes
+    /// answered, else adds to it.
+    pub fn saw_tags(&self, seen: BTreeMap<String, BTreeSet<String>>, of: usize) {
         if let Ok(mut t) = self.tags.lock() {
-            t.insert(server.to_string(), tags);
+            if seen.len() == of {
+                *t = seen;
+            } else {
+                t.extend(seen);
+            }
         }
     }
 

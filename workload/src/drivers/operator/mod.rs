@@ -130,6 +130,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
             _ = ctx.cancel.cancelled() => break,
             _ = tokio::time::sleep(pause) => {}
         }
+        refresh_tags(&ctx).await;
         let mut ticket = rng.gen_range(0..total);
         let op = ops.iter().find(|(_, w)| if ticket < *w { true } else { ticket -= w; false }).map_or(OpKind::Scale, |(op, _)| *op);
         let wait = rng.chance("wait until settled", ctx.cfg.operator.wait_settled_probability);
@@ -184,18 +185,22 @@ async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
     }
 }
 
-/// Learns each server's tags from its `/varz` (names and tags do not change in a run).
+/// Learns each server's tags (and cluster) from its `/varz`. When every node answers, the
+/// map is replaced: a server that came back under a new name after a membership change
+/// must not count twice toward its groups.
 pub async fn refresh_tags(ctx: &Ctx) {
     let http = http_client();
+    let mut seen = BTreeMap::new();
     for url in &ctx.cluster.monitor_urls {
         let Ok(r) = http.get(format!("{url}/varz")).send().await else { continue };
         let Ok(v) = serde_json::from_str::<Value>(&r.text().await.unwrap_or_default()) else { continue };
         if let Some(name) = v["server_name"].as_str() {
             let cluster = v["cluster"]["name"].as_str().map(|c| format!("{CLUSTER_TAG}{c}"));
             let tags = v["tags"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).chain(cluster).collect();
-            ctx.view.saw_tags(name, tags);
+            seen.insert(name.to_string(), tags);
         }
     }
+    ctx.view.saw_tags(seen, ctx.cluster.monitor_urls.len());
 }
 
 /// The stream's info, or why not (for settle checks).
