@@ -81,6 +81,13 @@ pub struct Weights {
     pub meta_stepdown: u32,
 }
 
+impl OperatorConfig {
+    /// The system account's user and password, when configured.
+    pub fn system_account(&self) -> Option<(&str, &str)> {
+        (!self.system_user.is_empty()).then_some((self.system_user.as_str(), self.system_password.as_str()))
+    }
+}
+
 impl Weights {
     pub fn of(&self, op: properties::operations::OpKind) -> u32 {
         use properties::operations::OpKind::*;

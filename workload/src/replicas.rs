@@ -102,9 +102,7 @@ impl ReplicaProbe {
     }
 
     async fn get(&self, url: &str) -> Result<Value, String> {
-        let reply = self.http.get(url).send().await.map_err(|e| format!("{url}: {e}"))?;
-        let body = reply.bytes().await.map_err(|e| format!("{url}: {e}"))?;
-        serde_json::from_slice(&body).map_err(|e| format!("{url}: {e}"))
+        crate::cluster::get_json(&self.http, url).await
     }
 }
 

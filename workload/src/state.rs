@@ -93,7 +93,16 @@ impl Ctx {
 }
 
 pub async fn connect(servers: &[String], name: &str) -> anyhow::Result<async_nats::Client> {
-    let client = async_nats::ConnectOptions::new()
+    connect_as(servers, name, None).await
+}
+
+/// [`connect`] as `user` (user name and password), e.g. the system account.
+pub async fn connect_as(servers: &[String], name: &str, user: Option<(&str, &str)>) -> anyhow::Result<async_nats::Client> {
+    let options = match user {
+        Some((user, password)) => async_nats::ConnectOptions::with_user_and_password(user.into(), password.into()),
+        None => async_nats::ConnectOptions::new(),
+    };
+    let client = options
         .name(name)
         .retry_on_initial_connect()
         // Only the given addresses: the local cluster's proxies must not be bypassed.

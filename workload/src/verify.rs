@@ -5,7 +5,7 @@
 //! could not be carried out, and the error names the addresses and the last answer. Once a
 //! cluster was reached, failing to get back to it is `cluster-eventually-healthy` failing.
 
-use crate::cluster::{http_client, unhealthy};
+use crate::cluster::{all_healthy, http_client, unhealthy};
 use crate::drivers::monitor::{judge_replicas_at_rest, judge_stream};
 use crate::drivers::{operator, reader};
 use crate::faults::quiet::Why;
@@ -53,10 +53,7 @@ pub async fn first_contact(ctx: &Ctx) -> Result<async_nats::Client, String> {
 /// as `cluster-eventually-healthy`).
 pub async fn recovered(ctx: &Ctx, cancel: &CancellationToken) -> bool {
     let http = http_client();
-    let check = || async {
-        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
-        if sick.is_empty() { Ok(()) } else { Err(format!("not healthy: {}", sick.join(", "))) }
-    };
+    let check = || all_healthy(&http, &ctx.cluster.monitor_urls);
     ctx.live.retry("cluster health", Property::ClusterEventuallyHealthy, cancel, check).await.is_some()
 }
 

@@ -37,15 +37,16 @@ struct Snapshot {
 /// The shared view; cheap to read, refreshed by the monitor.
 pub struct ClusterView {
     snapshot: Mutex<Snapshot>,
-    /// Counts scale requests: the injector may strike right after one.
-    scales: watch::Sender<u64>,
+    /// Counts the operator's changes of replicas or peers: the injector may strike right
+    /// after one.
+    changes: watch::Sender<u64>,
     /// Each server's placement tags, by name, as its `/varz` gave them.
     tags: Mutex<BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl Default for ClusterView {
     fn default() -> Self {
-        Self { snapshot: Mutex::default(), scales: watch::channel(0).0, tags: Mutex::default() }
+        Self { snapshot: Mutex::default(), changes: watch::channel(0).0, tags: Mutex::default() }
     }
 }
 
@@ -93,12 +94,12 @@ impl ClusterView {
     /// The operator changed the stream's replicas or peers just now (a scale, a move, a
     /// peer removal): the injector may strike right after.
     pub fn peers_changing(&self) {
-        self.scales.send_modify(|n| *n += 1);
+        self.changes.send_modify(|n| *n += 1);
     }
 
-    /// Wakes on every scale request.
+    /// Wakes on every change of replicas or peers.
     pub fn peer_changes(&self) -> watch::Receiver<u64> {
-        self.scales.subscribe()
+        self.changes.subscribe()
     }
 
     /// Whether, at the last look, the stream had a leader and every one of its (at least

@@ -181,7 +181,7 @@ impl Injector {
     pub async fn run(mut self, cancel: CancellationToken, mut quiet: watch::Receiver<Option<Instant>>, origin: Instant, view: Arc<ClusterView>) -> anyhow::Result<()> {
         self.origin = origin;
         self.view = view;
-        let mut scales = self.view.peer_changes();
+        let mut changes = self.view.peer_changes();
         let f = self.schedule.clone();
         'schedule: while !cancel.is_cancelled() {
             let off = self.between(f.off_min, f.off_max);
@@ -189,7 +189,7 @@ impl Injector {
                 break;
             }
             let on_end = Instant::now() + self.between(f.on_min, f.on_max);
-            scales.mark_unchanged();
+            changes.mark_unchanged();
             let mut prefer: &[Role] = &[];
             let mut next_start = Instant::now();
             while Instant::now() < on_end {
@@ -210,7 +210,7 @@ impl Injector {
                 }
                 let wake = self.active.iter().map(|a| a.ends).chain([next_start, on_end]).min().unwrap_or(on_end);
                 let pause = wake.saturating_duration_since(Instant::now());
-                // A scale request may cut the pause short: strike what the change is about.
+                // A change of replicas or peers may cut the pause short: strike what it is about.
                 prefer = tokio::select! {
                     going = self.sleep(pause, &cancel, &mut quiet) => {
                         if !going {
@@ -218,7 +218,7 @@ impl Injector {
                         }
                         &[]
                     }
-                    Ok(()) = scales.changed() => {
+                    Ok(()) = changes.changed() => {
                         if self.rng.gen_bool(f.align_probability) { &[Role::StreamLeader, Role::CatchingUp, Role::SoleReplica] } else { &[] }
                     }
                 };
@@ -280,7 +280,7 @@ impl Injector {
     /// the system account, and only while the stream has settled at two replicas or more,
     /// so every acknowledged message is still held by a majority of the other copies.
     fn membership_allowed(&self) -> bool {
-        !self.cfg.operator.system_user.is_empty() && !self.active.iter().any(|a| a.kind == FaultKind::Membership) && self.view.settled_with_copies(2)
+        self.cfg.operator.system_account().is_some() && !self.active.iter().any(|a| a.kind == FaultKind::Membership) && self.view.settled_with_copies(2)
     }
 
     fn faulty(&self) -> Vec<usize> {
@@ -381,12 +381,7 @@ impl Injector {
     /// a few tries (the meta leader may be moving).
     async fn remove_server(&mut self, name: &str, servers: &[String]) -> Result<(), String> {
         if self.system.is_none() {
-            let o = &self.cfg.operator;
-            let connect = async_nats::ConnectOptions::with_user_and_password(o.system_user.clone(), o.system_password.clone())
-                .name("workload-injector-system")
-                .ignore_discovered_servers()
-                .connection_timeout(Duration::from_secs(3))
-                .connect(servers.to_vec());
+            let connect = crate::state::connect_as(servers, "workload-injector-system", self.cfg.operator.system_account());
             self.system = Some(tokio::time::timeout(Duration::from_secs(5), connect).await.map_err(|_| "connect timed out".to_string())?.map_err(|e| e.to_string())?);
         }
         let client = self.system.as_ref().ok_or("no system connection")?;

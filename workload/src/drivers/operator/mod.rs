@@ -2,14 +2,15 @@
 //! and reading go on. Every interval it draws one operation by weight among those the
 //! server supports (its version from INFO decides; what is never sent is listed with the
 //! reason), performs it, and sometimes waits for the stream to settle, judging the wait
-//! with the operation's liveness property and, once settled, the placement.
+//! with the operation's liveness property. Where the stream settles is judged by the
+//! monitor ([`PlacementJudge`]).
 
 pub mod moves;
 pub mod peers;
 pub mod scale;
 pub mod stepdown;
 
-use crate::cluster::{http_client, unhealthy};
+use crate::cluster::{all_healthy, get_json, http_client};
 use crate::jsapi::{self, ApiError};
 use crate::random::Chooser;
 use crate::sdk;
@@ -17,6 +18,7 @@ use crate::state::Ctx;
 use properties::operations::{peers, placement_honoured, OpKind, Version, CLUSTER_TAG};
 use properties::scale::{settled, StreamInfoView};
 use properties::{Outcome, Property};
+use rand::Rng;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -62,12 +64,6 @@ impl OpTally {
     }
 }
 
-/// What a request came to: accepted, or refused for good.
-pub enum Sent<T> {
-    Done(T),
-    Refused(String),
-}
-
 /// A server answer that retrying will not change: any 4xx, and 10075 "peer remap failed"
 /// (503, but no spare peer appears by asking again). Other 503s and transport errors are
 /// transient: leaders being elected, JetStream temporarily unavailable.
@@ -78,22 +74,24 @@ fn refusal(e: &ApiError) -> Option<String> {
     }
 }
 
-/// Sends a request until the server accepts or refuses it, within liveness windows of
-/// `property`. `None` when stopped.
-pub async fn send<T, Fut: Future<Output = Result<T, ApiError>>>(ctx: &Ctx, what: &'static str, property: Property, mut f: impl FnMut() -> Fut) -> Option<Sent<T>> {
+/// Sends `op`'s request until the server accepts it (true) or refuses it for good (false),
+/// within liveness windows of `property`, and counts which. `None` when stopped.
+pub async fn send<T, Fut: Future<Output = Result<T, ApiError>>>(ctx: &Ctx, op: OpKind, property: Property, mut f: impl FnMut() -> Fut) -> Option<bool> {
     let attempt = || {
         let fut = f();
         async move {
             match fut.await {
-                Ok(t) => Ok(Sent::Done(t)),
-                Err(e) => match refusal(&e) {
-                    Some(why) => Ok(Sent::Refused(why)),
-                    None => Err(e),
-                },
+                Ok(_) => Ok(None),
+                Err(e) => refusal(&e).map(Some).ok_or(e),
             }
         }
     };
-    ctx.live.retry(what, property, &ctx.cancel, attempt).await
+    let refused = ctx.live.retry(op.id(), property, &ctx.cancel, attempt).await?;
+    if let Some(why) = &refused {
+        tracing::debug!(op = op.id(), "refused: {why}");
+    }
+    ctx.ops.count(op, |c| if refused.is_some() { c.refused += 1 } else { c.done += 1 });
+    Some(refused.is_none())
 }
 
 /// The operator task.
@@ -149,17 +147,13 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
     Ok(())
 }
 
-use rand::Rng;
-
 /// The server's version: from a node's `/varz`, else from the connection's INFO once a
 /// request has gone through (a connection made with retries returns before INFO came).
 async fn server_version(ctx: &Ctx, client: &async_nats::Client) -> String {
     let http = http_client();
     for url in &ctx.cluster.monitor_urls {
-        if let Ok(r) = http.get(format!("{url}/varz")).send().await {
-            if let Some(v) = serde_json::from_str::<Value>(&r.text().await.unwrap_or_default()).ok().and_then(|v| v["version"].as_str().map(String::from)) {
-                return v;
-            }
+        if let Some(v) = get_json(&http, &format!("{url}/varz")).await.ok().and_then(|v| v["version"].as_str().map(String::from)) {
+            return v;
         }
     }
     let _ = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await;
@@ -168,17 +162,9 @@ async fn server_version(ctx: &Ctx, client: &async_nats::Client) -> String {
 
 /// A connection to the system account, when the configuration names one.
 async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
-    let o = &ctx.cfg.operator;
-    if o.system_user.is_empty() {
-        return None;
-    }
+    let user = ctx.cfg.operator.system_account()?;
     let name = format!("workload-{}-operator-system", ctx.run.run_id);
-    let connect = async_nats::ConnectOptions::with_user_and_password(o.system_user.clone(), o.system_password.clone())
-        .name(name)
-        .retry_on_initial_connect()
-        .ignore_discovered_servers()
-        .connection_timeout(Duration::from_secs(5))
-        .connect(ctx.cluster.servers.clone());
+    let connect = crate::state::connect_as(&ctx.cluster.servers, &name, Some(user));
     tokio::select! {
         c = connect => c.inspect_err(|e| tracing::warn!("no system account connection: {e}")).ok(),
         _ = ctx.cancel.cancelled() => None,
@@ -192,8 +178,7 @@ pub async fn refresh_tags(ctx: &Ctx) {
     let http = http_client();
     let mut seen = BTreeMap::new();
     for url in &ctx.cluster.monitor_urls {
-        let Ok(r) = http.get(format!("{url}/varz")).send().await else { continue };
-        let Ok(v) = serde_json::from_str::<Value>(&r.text().await.unwrap_or_default()) else { continue };
+        let Ok(v) = get_json(&http, &format!("{url}/varz")).await else { continue };
         if let Some(name) = v["server_name"].as_str() {
             let cluster = v["cluster"]["name"].as_str().map(|c| format!("{CLUSTER_TAG}{c}"));
             let tags = v["tags"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).chain(cluster).collect();
@@ -269,11 +254,8 @@ pub async fn wait_settled(
         let info = info(ctx, client).await?;
         settled(&info.view, info.view.config.num_replicas)?;
         extra(&info.view)?;
-        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
-        if !sick.is_empty() {
-            return Err(format!("not healthy: {}", sick.join(", ")));
-        }
-        Ok(peers(&info.view))
+        all_healthy(&http, &ctx.cluster.monitor_urls).await?;
+        Ok::<_, String>(peers(&info.view))
     };
     let Some(after) = ctx.live.retry(op.id(), property, &ctx.cancel, check).await else { return false };
     let effect = match op {

@@ -2,7 +2,7 @@
 //! (`tags`), to another cluster of a supercluster (`cluster`), or dropped; sometimes
 //! cancelled at once (2.15), sometimes waited for.
 
-use super::{note_settling, send, wait_settled, Sent};
+use super::{note_settling, send, wait_settled};
 use crate::cluster::{http_client, unhealthy};
 use crate::jsapi;
 use crate::random::Chooser;
@@ -56,31 +56,18 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, can
         set_placement(&mut config, &to);
         async move { jsapi::request(client, &format!("STREAM.UPDATE.{}", ctx.stream), &config, timeout).await }
     };
-    match send(ctx, "move request", Property::MoveEventuallySettles, request).await? {
-        Sent::Refused(why) => {
-            tracing::debug!(?to, "move refused: {why}");
-            ctx.ops.count(OpKind::Move, |c| c.refused += 1);
-            return Some(());
-        }
-        Sent::Done(_) => {
-            tracing::debug!(from = ?current, ?to, "move requested");
-            ctx.ops.count(OpKind::Move, |c| c.done += 1);
-            ctx.view.peers_changing(); // a strike aligned with the move
-        }
+    if !send(ctx, OpKind::Move, Property::MoveEventuallySettles, request).await? {
+        return Some(());
     }
+    tracing::debug!(from = ?current, ?to, "move requested");
+    ctx.view.peers_changing(); // a strike aligned with the move
     sdk::check(Property::MovedWhileANodeWasDown, !sick.is_empty(), &json!({ "to": to, "unhealthy": sick }));
     if cancel_moves && rng.chance("cancel the move", ctx.cfg.operator.cancel_move_probability) {
         let (api, body) = (format!("STREAM.CANCEL_MOVE.{}", ctx.stream), json!({}));
         let cancel = || jsapi::request(client, &api, &body, timeout);
-        match send(ctx, "cancel move", Property::MoveEventuallySettles, cancel).await? {
-            Sent::Done(_) => {
-                ctx.ops.count(OpKind::CancelMove, |c| c.done += 1);
-                sdk::hold(Property::MoveCancelled);
-            }
-            Sent::Refused(why) => {
-                tracing::debug!("cancel refused: {why}"); // the move may have finished already
-                ctx.ops.count(OpKind::CancelMove, |c| c.refused += 1);
-            }
+        // Refused when the move has finished already.
+        if send(ctx, OpKind::CancelMove, Property::MoveEventuallySettles, cancel).await? {
+            sdk::hold(Property::MoveCancelled);
         }
     }
     if wait {

@@ -2,7 +2,7 @@
 //! replacement that its placement allows (`PEER.REMOVE` drops first, `PEER.EVACUATE`, new
 //! in 2.15, adds the replacement first).
 
-use super::{note_settling, send, wait_settled, Sent};
+use super::{note_settling, send, wait_settled};
 use crate::cluster::{http_client, unhealthy};
 use crate::jsapi;
 use crate::random::Chooser;
@@ -40,18 +40,11 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, op:
     };
     let (api, body) = (format!("{api}.{}", ctx.stream), json!({ "peer": peer }));
     let request = || jsapi::request(client, &api, &body, timeout);
-    match send(ctx, "peer removal", Property::PeerRemovalEventuallyReplaced, request).await? {
-        Sent::Refused(why) => {
-            tracing::debug!(%peer, op = op.id(), "refused: {why}");
-            ctx.ops.count(op, |c| c.refused += 1);
-            return Some(());
-        }
-        Sent::Done(_) => {
-            tracing::debug!(%peer, op = op.id(), "peer removal requested");
-            ctx.ops.count(op, |c| c.done += 1);
-            ctx.view.peers_changing(); // a strike aligned with the change of peers
-        }
+    if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, request).await? {
+        return Some(());
     }
+    tracing::debug!(%peer, op = op.id(), "peer removal requested");
+    ctx.view.peers_changing(); // a strike aligned with the change of peers
     sdk::check(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
     if wait {
         wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, &holders, |v| peer_gone(v, &peer)).await;

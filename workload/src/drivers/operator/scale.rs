@@ -6,7 +6,7 @@
 //! green), timing it. The monitor looks at the stream every two seconds: it must exist and
 //! hold at least every acknowledged message, each judged only when confirmed over time.
 
-use crate::cluster::{http_client, unhealthy};
+use crate::cluster::{all_healthy, http_client, unhealthy};
 use crate::jsapi::{self, ApiError};
 use crate::sdk;
 use crate::state::{Ctx, Stats};
@@ -126,11 +126,7 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
             return Err(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas));
         }
         settled(&info.view, replicas)?;
-        let sick = unhealthy(&http, &ctx.cluster.monitor_urls).await;
-        if !sick.is_empty() {
-            return Err(format!("not healthy: {}", sick.join(", ")));
-        }
-        Ok(())
+        all_healthy(&http, &ctx.cluster.monitor_urls).await
     };
     if ctx.live.retry("scale settle", Property::ScaleEventuallySettles, &ctx.cancel, check).await.is_none() {
         return false;

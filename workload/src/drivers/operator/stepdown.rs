@@ -1,6 +1,6 @@
 //! Leader stepdowns: the stream's Raft group, and the meta group (system account).
 
-use super::{note_settling, send, wait_settled, Sent};
+use super::{note_settling, send, wait_settled};
 use crate::jsapi;
 use crate::replicas::ReplicaProbe;
 use crate::sdk;
@@ -25,8 +25,8 @@ pub async fn stream(ctx: &Ctx, client: &async_nats::Client, wait: bool) -> Optio
     };
     let api = format!("STREAM.LEADER.STEPDOWN.{}", ctx.stream);
     let request = || jsapi::request(client, &api, &Value::Null, timeout);
-    let sent = send(ctx, "stream stepdown", Property::StepdownEventuallyElects, request).await?;
-    finish(ctx, client, OpKind::StreamStepdown, Property::StreamLeaderSteppedDown, sent, &before, wait).await
+    let accepted = send(ctx, OpKind::StreamStepdown, Property::StepdownEventuallyElects, request).await?;
+    finish(ctx, client, OpKind::StreamStepdown, Property::StreamLeaderSteppedDown, accepted, &before, wait).await
 }
 
 /// Makes the meta leader step down, through the system account connection `system`.
@@ -34,22 +34,15 @@ pub async fn meta(ctx: &Ctx, system: &async_nats::Client, client: &async_nats::C
     let timeout = ctx.api_timeout();
     let before: Vec<String> = ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await.into_iter().collect();
     let request = || jsapi::request(system, "META.LEADER.STEPDOWN", &Value::Null, timeout);
-    let sent = send(ctx, "meta stepdown", Property::StepdownEventuallyElects, request).await?;
-    finish(ctx, client, OpKind::MetaStepdown, Property::MetaLeaderSteppedDown, sent, &before, wait).await
+    let accepted = send(ctx, OpKind::MetaStepdown, Property::StepdownEventuallyElects, request).await?;
+    finish(ctx, client, OpKind::MetaStepdown, Property::MetaLeaderSteppedDown, accepted, &before, wait).await
 }
 
-async fn finish(ctx: &Ctx, client: &async_nats::Client, op: OpKind, reached: Property, sent: Sent<Value>, before: &[String], wait: bool) -> Option<()> {
-    match sent {
-        Sent::Refused(why) => {
-            tracing::debug!(op = op.id(), "refused: {why}");
-            ctx.ops.count(op, |c| c.refused += 1);
-            return Some(());
-        }
-        Sent::Done(_) => {
-            ctx.ops.count(op, |c| c.done += 1);
-            sdk::hold(reached);
-        }
+async fn finish(ctx: &Ctx, client: &async_nats::Client, op: OpKind, reached: Property, accepted: bool, before: &[String], wait: bool) -> Option<()> {
+    if !accepted {
+        return Some(());
     }
+    sdk::hold(reached);
     if wait {
         // Settled needs a stream leader, and healthy nodes a meta leader.
         wait_settled(ctx, client, op, Property::StepdownEventuallyElects, before, |_| Ok(())).await;
