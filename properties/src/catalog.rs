@@ -58,19 +58,32 @@ macro_rules! for_each_property {
              "once a stream has settled after an operation, every one of its peers carries every placement tag")
             (ReplicasAgree, always, "replicas-agree",
              "every current replica holds the same first and last sequence, message count and deleted count as the stream leader")
+            // Safety: the durable consumer.
+            (DurableContentMatchesPublish, always, "durable-content-matches-publish",
+             "every message the durable consumer receives is exactly the one published for its sequence")
+            (DurableAckNeverUndone, always, "durable-ack-never-undone",
+             "the durable consumer's ack floor never falls below an ack the server confirmed, and a confirmed-acked message is never delivered again")
+            (DurableNothingSkipped, always, "durable-nothing-skipped",
+             "the durable consumer's ack floor never passes a sequence that was never delivered to it")
             // Liveness inside bounded windows.
             (PublishEventuallyAcked, eventually_or_unreachable, "publish-eventually-acked",
              "a publish is acknowledged within the liveness window")
             (ConsumerEventuallyCatchesUp, eventually, "consumer-eventually-catches-up",
              "the consumer reaches the last acknowledged sequence within the liveness window")
+            (DurableEventuallyCatchesUp, eventually, "durable-eventually-catches-up",
+             "the durable consumer receives every message up to the last acknowledged sequence within the liveness window")
+            (DurableReplicasAgreeAtRest, eventually, "durable-replicas-agree-at-rest",
+             "once nothing reads or acks, every replica of the durable consumer reports the leader's delivered sequence and ack floor within the liveness window")
             (ScaleEventuallySettles, eventually, "scale-eventually-settles",
              "a requested replica count is reached and healthy within the liveness window")
             (MoveEventuallySettles, eventually_or_unreachable, "move-eventually-settles",
              "a move (or a cancelled move) ends with the stream settled on servers its placement allows, within the liveness window")
             (PeerRemovalEventuallyReplaced, eventually_or_unreachable, "peer-removal-eventually-replaced",
-             "a removed or evacuated peer is replaced at the same replica count within the liveness window")
+             "a removed or evacuated peer (of the stream, its server, or the durable consumer) is replaced at the same replica count within the liveness window")
             (StepdownEventuallyElects, eventually_or_unreachable, "stepdown-eventually-elects",
-             "after a stream or meta leader stepdown a leader is elected and the stream settled within the liveness window")
+             "after a stream, consumer or meta leader stepdown a leader is elected and the stream (and consumer) settled within the liveness window")
+            (ConsumerScaleEventuallySettles, eventually_or_unreachable, "consumer-scale-eventually-settles",
+             "a replica change of the durable consumer ends with a leader and every replica current within the liveness window")
             (ClusterEventuallyHealthy, eventually, "cluster-eventually-healthy",
              "every node reports healthy and the stream answers within the liveness window")
             // Coverage, with real conditions: the interesting states were reached.
@@ -92,6 +105,14 @@ macro_rules! for_each_property {
              "a peer removal or evacuation was requested while a node did not answer healthy")
             (OperationWhileAnotherSettling, sometimes, "operation-while-another-settling",
              "an operation was requested while the stream had not settled from the one before")
+            (DurableRedeliveredAfterUnacked, sometimes, "durable-redelivered-after-unacked",
+             "a message the durable consumer left unacknowledged was delivered to it again")
+            (DurableOperatedWhileBehind, sometimes, "durable-operated-while-behind",
+             "an operation was requested on the stream while the durable consumer was behind the last ack")
+            (StreamScaledDownPastAnR1Consumer, sometimes, "stream-scaled-down-past-an-r1-consumer",
+             "the stream was scaled down while the durable consumer had a single replica on another server than the stream leader")
+            (DurableLeaderChangedWithAcksInFlight, sometimes, "durable-leader-changed-with-acks-in-flight",
+             "the durable consumer's leader changed while acks were waiting for their confirmation")
             (ConsumerFellFarBehind, sometimes_greater, "consumer-fell-far-behind",
              "the reader was more than ten thousand messages behind the last ack")
             // Coverage: the fault and retry paths ran.
@@ -107,6 +128,8 @@ macro_rules! for_each_property {
              "a move in progress was cancelled and the server accepted the cancel")
             (StreamLeaderSteppedDown, reachable, "stream-leader-stepped-down",
              "the operator made the stream's leader step down")
+            (ConsumerLeaderSteppedDown, reachable, "consumer-leader-stepped-down",
+             "the operator made the durable consumer's leader step down")
             (MetaLeaderSteppedDown, reachable, "meta-leader-stepped-down",
              "the operator made the meta leader step down")
             (ScaleWaitedUntilSettled, reachable, "scale-waited-until-settled",

@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod confirm;
+pub mod durable;
 pub mod liveness;
 pub mod operations;
 pub mod payload;

@@ -59,9 +59,11 @@ impl Window {
 
     /// The operation made progress at `now`: the window starts over from there, so a
     /// window measures time without progress, not total time (a long read that keeps
-    /// moving never runs out).
+    /// moving never runs out). The backoff stays where it was: a long catch-up is polled
+    /// at the slow pace, not ten times a second.
     pub fn progressed(&mut self, now: Duration) {
-        *self = Window::open(self.cfg, now);
+        self.opened_at = now;
+        self.quiet_requested = false;
     }
 
     /// Records a failure at `now` and says what comes next.
@@ -109,7 +111,8 @@ mod tests {
         let mut w = Window::open(WindowConfig::default(), s(0));
         assert!(matches!(w.failed(s(100)), Next::RequestQuiet { .. }));
         w.progressed(s(110));
-        assert_eq!(w.failed(s(130)), Next::Retry(Duration::from_millis(100)), "20 s since the progress: a fresh window");
+        assert_eq!(w.failed(s(130)), Next::Retry(Duration::from_millis(200)), "20 s since the progress: no quiet yet, the backoff goes on");
+        assert!(matches!(w.failed(s(200)), Next::RequestQuiet { .. }), "a fresh quiet point");
         assert!(matches!(w.failed(s(231)), Next::Expired { .. }));
     }
 }

@@ -25,11 +25,36 @@ pub enum OpKind {
     StreamStepdown,
     /// `$JS.API.META.LEADER.STEPDOWN` (system account).
     MetaStepdown,
+    /// `$JS.API.CONSUMER.LEADER.STEPDOWN.<stream>.<durable>`.
+    ConsumerStepdown,
+    /// The durable consumer's `num_replicas` changed: 1 up to the stream's count, or 0
+    /// (follow the stream).
+    ConsumerScale,
+    /// `$JS.API.CONSUMER.PEER.REMOVE.<stream>.<durable>` (2.15): one of the consumer's peers
+    /// dropped, another of the stream's peers taking its place.
+    ConsumerPeerRemove,
+    /// `$JS.API.CONSUMER.PEER.EVACUATE.<stream>.<durable>` (2.15): the replacement added first.
+    ConsumerPeerEvacuate,
+    /// `$JS.API.SERVER.EVACUATE` (2.15, system account): every stream and consumer moved off
+    /// one of the stream's servers.
+    ServerEvacuate,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 7] =
-        [OpKind::Scale, OpKind::Move, OpKind::CancelMove, OpKind::PeerRemove, OpKind::PeerEvacuate, OpKind::StreamStepdown, OpKind::MetaStepdown];
+    pub const ALL: [OpKind; 12] = [
+        OpKind::Scale,
+        OpKind::Move,
+        OpKind::CancelMove,
+        OpKind::PeerRemove,
+        OpKind::PeerEvacuate,
+        OpKind::StreamStepdown,
+        OpKind::MetaStepdown,
+        OpKind::ConsumerStepdown,
+        OpKind::ConsumerScale,
+        OpKind::ConsumerPeerRemove,
+        OpKind::ConsumerPeerEvacuate,
+        OpKind::ServerEvacuate,
+    ];
 
     pub fn id(self) -> &'static str {
         match self {
@@ -40,15 +65,24 @@ impl OpKind {
             OpKind::PeerEvacuate => "peer-evacuate",
             OpKind::StreamStepdown => "stream-stepdown",
             OpKind::MetaStepdown => "meta-stepdown",
+            OpKind::ConsumerStepdown => "consumer-stepdown",
+            OpKind::ConsumerScale => "consumer-scale",
+            OpKind::ConsumerPeerRemove => "consumer-peer-remove",
+            OpKind::ConsumerPeerEvacuate => "consumer-peer-evacuate",
+            OpKind::ServerEvacuate => "server-evacuate",
         }
     }
 
     /// Why a server of `version` (from its INFO) cannot be sent this operation, if it
-    /// cannot. `system_account`: whether the workload holds system account credentials.
-    pub fn unsupported(self, version: Option<Version>, system_account: bool) -> Option<String> {
-        let new_in_2_15 = matches!(self, OpKind::CancelMove | OpKind::PeerEvacuate);
+    /// cannot. `system_account`: whether the workload holds system account credentials;
+    /// `durable`: whether its durable consumer runs.
+    pub fn unsupported(self, version: Option<Version>, system_account: bool, durable: bool) -> Option<String> {
+        use OpKind::*;
+        let new_in_2_15 = matches!(self, CancelMove | PeerEvacuate | ConsumerPeerRemove | ConsumerPeerEvacuate | ServerEvacuate);
+        let on_the_consumer = matches!(self, ConsumerStepdown | ConsumerScale | ConsumerPeerRemove | ConsumerPeerEvacuate);
         match version {
-            _ if self == OpKind::MetaStepdown && !system_account => Some("needs system account credentials (operator.system_user)".into()),
+            _ if matches!(self, MetaStepdown | ServerEvacuate) && !system_account => Some("needs system account credentials (operator.system_user)".into()),
+            _ if on_the_consumer && !durable => Some("acts on the durable consumer, which is off ([durable] enabled)".into()),
             Some(v) if new_in_2_15 && v < Version(2, 15, 0) => Some(format!("new in 2.15; the server is {v}")),
             None if new_in_2_15 => Some("the server did not say its version; this operation is new in 2.15".into()),
             _ => None,
@@ -148,13 +182,18 @@ mod tests {
     fn operations_new_in_2_15_are_not_sent_to_older_servers() {
         let old = Version::parse("2.14.6");
         let new = Version::parse("2.15.1");
-        assert!(OpKind::PeerEvacuate.unsupported(old, true).is_some());
-        assert!(OpKind::CancelMove.unsupported(old, true).is_some());
-        assert!(OpKind::PeerEvacuate.unsupported(None, true).is_some());
-        assert!(OpKind::PeerEvacuate.unsupported(new, true).is_none());
-        assert!(OpKind::Move.unsupported(old, false).is_none());
-        assert!(OpKind::MetaStepdown.unsupported(new, false).is_some());
-        assert!(OpKind::MetaStepdown.unsupported(old, true).is_none());
+        assert!(OpKind::PeerEvacuate.unsupported(old, true, true).is_some());
+        assert!(OpKind::CancelMove.unsupported(old, true, true).is_some());
+        assert!(OpKind::PeerEvacuate.unsupported(None, true, true).is_some());
+        assert!(OpKind::PeerEvacuate.unsupported(new, true, true).is_none());
+        assert!(OpKind::Move.unsupported(old, false, false).is_none());
+        assert!(OpKind::MetaStepdown.unsupported(new, false, true).is_some());
+        assert!(OpKind::MetaStepdown.unsupported(old, true, true).is_none());
+        assert!(OpKind::ConsumerStepdown.unsupported(new, true, false).is_some());
+        assert!(OpKind::ConsumerScale.unsupported(old, false, true).is_none());
+        assert!(OpKind::ConsumerPeerRemove.unsupported(old, true, true).is_some());
+        assert!(OpKind::ServerEvacuate.unsupported(new, false, true).is_some());
+        assert!(OpKind::ServerEvacuate.unsupported(new, true, false).is_none());
     }
 
     #[test]

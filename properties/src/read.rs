@@ -10,9 +10,53 @@ use crate::{Property, Violation};
 use serde_json::json;
 
 pub struct ReadVerifier {
-    messages: RunMessages,
+    content: ContentCheck,
     next_seq: u64,
+}
+
+/// Compares a delivered message with the one published for its sequence.
+pub struct ContentCheck {
+    messages: RunMessages,
     expected: Vec<u8>,
+}
+
+/// What is wrong with a delivered message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ContentProblem {
+    /// Its id is not one of the run's.
+    Foreign,
+    /// It is not the message published for its sequence (the details say how).
+    Differs(serde_json::Value),
+}
+
+impl ContentCheck {
+    pub fn new(messages: RunMessages) -> Self {
+        let expected = vec![0; messages.payload_size];
+        Self { messages, expected }
+    }
+
+    /// None when the message at `seq` is exactly the one published for it.
+    pub fn check(&mut self, seq: u64, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> Option<ContentProblem> {
+        let Some(index) = msg_id.and_then(|id| self.messages.index_of(id)) else { return Some(ContentProblem::Foreign) };
+        let mut problems = Vec::new();
+        if index != seq {
+            problems.push(format!("message id {index} at sequence {seq}"));
+        }
+        let actual_sum = checksum(payload);
+        if sum != Some(actual_sum.as_str()) {
+            problems.push("checksum header does not match the payload".into());
+        }
+        self.expected.resize(self.messages.payload_size, 0);
+        self.messages.fill_payload(seq, &mut self.expected);
+        if payload != self.expected.as_slice() {
+            problems.push("payload differs from the one published for this sequence".into());
+        }
+        if problems.is_empty() {
+            return None;
+        }
+        Some(ContentProblem::Differs(json!({ "seq": seq, "msg_id": msg_id, "checksum_header": sum, "payload_sha256": actual_sum,
+                                             "payload_len": payload.len(), "problems": problems })))
+    }
 }
 
 /// What one delivered message means.
@@ -44,8 +88,7 @@ pub enum Lookup {
 impl ReadVerifier {
     /// A verifier expecting `first_seq` next.
     pub fn new(messages: RunMessages, first_seq: u64) -> Self {
-        let expected = vec![0; messages.payload_size];
-        Self { messages, next_seq: first_seq, expected }
+        Self { content: ContentCheck::new(messages), next_seq: first_seq }
     }
 
     /// The next stream sequence the reader must see.
@@ -85,33 +128,13 @@ impl ReadVerifier {
 
     /// Whether the message at `seq` is exactly the one published for it.
     fn content(&mut self, seq: u64, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> Option<Violation> {
-        let Some(index) = msg_id.and_then(|id| self.messages.index_of(id)) else {
-            return Some(Violation::new(
+        match self.content.check(seq, msg_id, sum, payload)? {
+            ContentProblem::Foreign => Some(Violation::new(
                 Property::ReadOnlyPublishedMessages,
                 json!({ "seq": seq, "msg_id": msg_id, "problem": "message id is not one of this run's" }),
-            ));
-        };
-        let mut problems = Vec::new();
-        if index != seq {
-            problems.push(format!("message id {index} at sequence {seq}"));
+            )),
+            ContentProblem::Differs(details) => Some(Violation::new(Property::ReadContentMatchesPublish, details)),
         }
-        let actual_sum = checksum(payload);
-        if sum != Some(actual_sum.as_str()) {
-            problems.push("checksum header does not match the payload".into());
-        }
-        self.expected.resize(self.messages.payload_size, 0);
-        self.messages.fill_payload(seq, &mut self.expected);
-        if payload != self.expected.as_slice() {
-            problems.push("payload differs from the one published for this sequence".into());
-        }
-        if problems.is_empty() {
-            return None;
-        }
-        Some(Violation::new(
-            Property::ReadContentMatchesPublish,
-            json!({ "seq": seq, "msg_id": msg_id, "checksum_header": sum, "payload_sha256": actual_sum,
-                    "payload_len": payload.len(), "problems": problems }),
-        ))
     }
 
     /// Continue after a judged gap: the reader resumes from the first delivered sequence.

@@ -121,6 +121,21 @@ pub fn settled(info: &StreamInfoView, requested: usize) -> Result<(), String> {
     if info.config.num_replicas != requested {
         return Err(format!("configured replicas {} != requested {requested}", info.config.num_replicas));
     }
+    group_settled(info, requested)
+}
+
+/// `Ok` when a consumer (its `CONSUMER.INFO` reply, read with the same view) has settled at
+/// its replica count: its own, or with 0 the stream's (`stream_replicas`).
+pub fn consumer_settled(info: &StreamInfoView, stream_replicas: usize) -> Result<(), String> {
+    let want = match info.config.num_replicas {
+        0 => stream_replicas,
+        n => n,
+    };
+    group_settled(info, want.max(1))
+}
+
+/// Leader present, no change pending, `requested - 1` followers all current and online.
+fn group_settled(info: &StreamInfoView, requested: usize) -> Result<(), String> {
     let cluster = info.cluster.as_ref().ok_or("no cluster information")?;
     if cluster.leader.as_deref().unwrap_or("").is_empty() {
         return Err("no leader".into());
@@ -135,6 +150,45 @@ pub fn settled(info: &StreamInfoView, requested: usize) -> Result<(), String> {
         return Err(format!("replica {} not current (offline: {})", r.name, r.offline));
     }
     Ok(())
+}
+
+/// How far a change's slowest replica must close its gap for that to count as progress:
+/// at least this many messages, and at least a twentieth of the gap (sequences read from
+/// several nodes one after another differ by what was published in between).
+pub const CATCH_UP_STEP: u64 = 1000;
+
+/// Catch-up progress of a change that adds replicas (scale up, move, peer removal or
+/// evacuation): copying a large stream to a new peer under full publishing can take longer
+/// than one liveness window, so each new low of the gap between the furthest and the
+/// slowest replica of the peer set starts the settle window over. A change whose gap stops
+/// shrinking (or that stays pending with no gap) still runs out.
+#[derive(Clone, Debug, Default)]
+pub struct CatchUp {
+    lowest: Option<u64>,
+}
+
+impl CatchUp {
+    /// Records the gap now (in messages); true when it is a new low by a whole step.
+    pub fn observe(&mut self, gap: u64) -> bool {
+        match self.lowest {
+            Some(low) if gap + CATCH_UP_STEP.max(low / 20) <= low => {
+                self.lowest = Some(gap);
+                true
+            }
+            Some(_) => false,
+            None => {
+                self.lowest = Some(gap);
+                false
+            }
+        }
+    }
+}
+
+/// The gap between the furthest and the slowest replica, from each peer's own last
+/// sequence (a peer holding nothing yet counts as 0).
+pub fn catch_up_gap(last_seqs: &[u64]) -> u64 {
+    let (lo, hi) = last_seqs.iter().fold((u64::MAX, 0), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+    hi.saturating_sub(lo)
 }
 
 #[cfg(test)]
@@ -182,5 +236,33 @@ mod tests {
         assert!(settled(&leaderless, 1).is_err());
         let r1 = view(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n1"},"state":{"messages":5,"last_seq":5}}"#);
         assert_eq!(settled(&r1, 1), Ok(()));
+    }
+
+    #[test]
+    fn a_consumer_with_replicas_zero_settles_at_its_streams_count() {
+        let follows = view(r#"{"config":{"num_replicas":0},"cluster":{"leader":"n1","replicas":[
+            {"name":"n2","current":true},{"name":"n3","current":true}]}}"#);
+        assert_eq!(consumer_settled(&follows, 3), Ok(()));
+        assert!(consumer_settled(&follows, 1).is_err(), "the stream went to R1, the consumer not yet");
+        let own = view(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n2"}}"#);
+        assert_eq!(consumer_settled(&own, 3), Ok(()));
+        let not_started = view(r#"{"config":{"num_replicas":0},"cluster":{"leader":""}}"#);
+        assert!(consumer_settled(&not_started, 1).is_err());
+    }
+
+    #[test]
+    fn catch_up_progress_is_a_new_low_of_the_gap_by_a_whole_step() {
+        let mut c = CatchUp::default();
+        assert!(!c.observe(300_000), "the first look sets the mark");
+        assert!(c.observe(250_000), "closed by 50k: progress");
+        assert!(!c.observe(240_000), "10k is under a twentieth of 250k");
+        assert!(!c.observe(400_000), "publishing outran the copy: no progress");
+        assert!(c.observe(200_000));
+        assert!(!c.observe(199_500), "under a whole step");
+        assert!(c.observe(500));
+        assert!(!c.observe(0), "a caught-up peer set jitters by less than a step: a change pending with no gap runs out");
+        assert_eq!(catch_up_gap(&[414_072, 177_989]), 236_083);
+        assert_eq!(catch_up_gap(&[10, 0, 12]), 12, "a peer holding nothing yet is the slowest");
+        assert_eq!(catch_up_gap(&[]), 0);
     }
 }

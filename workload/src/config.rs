@@ -17,6 +17,7 @@ pub struct Config {
     pub operator: OperatorConfig,
     pub scale: ScaleConfig,
     pub liveness: LivenessConfig,
+    pub durable: DurableConfig,
     pub faults: FaultsConfig,
     pub composer: ComposerConfig,
     pub report: ReportConfig,
@@ -79,6 +80,11 @@ pub struct Weights {
     pub peer_evacuate: u32,
     pub stream_stepdown: u32,
     pub meta_stepdown: u32,
+    pub consumer_stepdown: u32,
+    pub consumer_scale: u32,
+    pub consumer_peer_remove: u32,
+    pub consumer_peer_evacuate: u32,
+    pub server_evacuate: u32,
 }
 
 impl OperatorConfig {
@@ -89,6 +95,11 @@ impl OperatorConfig {
 }
 
 impl Weights {
+    /// Every weight 0.
+    pub fn none() -> Self {
+        Weights { scale: 0, r#move: 0, peer_remove: 0, peer_evacuate: 0, stream_stepdown: 0, meta_stepdown: 0, consumer_stepdown: 0, consumer_scale: 0, consumer_peer_remove: 0, consumer_peer_evacuate: 0, server_evacuate: 0 }
+    }
+
     pub fn of(&self, op: properties::operations::OpKind) -> u32 {
         use properties::operations::OpKind::*;
         match op {
@@ -98,6 +109,11 @@ impl Weights {
             PeerEvacuate => self.peer_evacuate,
             StreamStepdown => self.stream_stepdown,
             MetaStepdown => self.meta_stepdown,
+            ConsumerStepdown => self.consumer_stepdown,
+            ConsumerScale => self.consumer_scale,
+            ConsumerPeerRemove => self.consumer_peer_remove,
+            ConsumerPeerEvacuate => self.consumer_peer_evacuate,
+            ServerEvacuate => self.server_evacuate,
             CancelMove => 0, // follows a move, by cancel_move_probability
         }
     }
@@ -186,6 +202,9 @@ pub struct Schedule {
     /// change to settle under back-to-back faults holds the scaler until a quiet period).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_settled_probability: Option<f64>,
+    /// Overrides `operator.weights` while this profile is in use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operator_weights: Option<Weights>,
 }
 
 impl Default for Schedule {
@@ -205,6 +224,7 @@ impl Default for Schedule {
             align_probability: 0.25,
             flip_replicas: false,
             wait_settled_probability: None,
+            operator_weights: None,
         }
     }
 }
@@ -230,6 +250,9 @@ impl Schedule {
             align_probability: 0.6,
             flip_replicas: true,
             wait_settled_probability: Some(0.1),
+            // Replica flips and leader changes mid-flip: what old releases lose data on
+            // (and the durable consumer's leader changing under its acks).
+            operator_weights: Some(Weights { scale: 8, stream_stepdown: 2, consumer_stepdown: 1, ..Weights::none() }),
             ..Self::default()
         }
     }
@@ -286,6 +309,29 @@ impl FaultKind {
 impl Default for FaultsConfig {
     fn default() -> Self {
         Self { enabled: true, profile: "gentle".into(), latency: Duration::from_millis(200), profiles: Schedule::built_in() }
+    }
+}
+
+/// The durable consumer read beside the ordered reader: an explicitly acknowledged pull
+/// consumer whose acks the server confirms.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct DurableConfig {
+    pub enabled: bool,
+    /// Its replica count, drawn per run from these: 0 follows the stream's (and its scaling).
+    pub replicas: Vec<usize>,
+    /// How long a delivery waits for its ack before the server delivers it again.
+    #[serde(with = "humantime_serde")]
+    pub ack_wait: Duration,
+    /// Deliveries left unacknowledged on purpose, so redelivery is exercised.
+    pub skip_ack_probability: f64,
+    /// Acks awaiting their confirmation at once.
+    pub acks_in_flight: usize,
+}
+
+impl Default for DurableConfig {
+    fn default() -> Self {
+        Self { enabled: true, replicas: vec![0, 1], ack_wait: Duration::from_secs(5), skip_ack_probability: 0.001, acks_in_flight: 64 }
     }
 }
 
@@ -360,7 +406,7 @@ impl Default for OperatorConfig {
 
 impl Default for Weights {
     fn default() -> Self {
-        Self { scale: 6, r#move: 2, peer_remove: 1, peer_evacuate: 1, stream_stepdown: 1, meta_stepdown: 1 }
+        Self { scale: 6, r#move: 2, peer_remove: 1, peer_evacuate: 1, stream_stepdown: 1, meta_stepdown: 1, consumer_stepdown: 1, consumer_scale: 1, consumer_peer_remove: 1, consumer_peer_evacuate: 1, server_evacuate: 1 }
     }
 }
 
@@ -431,6 +477,21 @@ impl Config {
         }
         if self.stream.duplicate_window < l.window * 2 {
             return Err(bad("stream.duplicate_window", "must be at least twice liveness.window, or a retry could be stored twice"));
+        }
+        let d = &self.durable;
+        if d.enabled {
+            if d.replicas.is_empty() || d.replicas.iter().any(|r| *r > 5) {
+                return Err(bad("durable.replicas", "must list counts in 0 ..= 5 (0: the stream's)"));
+            }
+            if d.ack_wait < Duration::from_secs(1) {
+                return Err(bad("durable.ack_wait", "must be at least 1s"));
+            }
+            if !(0.0..=0.5).contains(&d.skip_ack_probability) {
+                return Err(bad("durable.skip_ack_probability", "must be in 0 ..= 0.5"));
+            }
+            if d.acks_in_flight == 0 {
+                return Err(bad("durable.acks_in_flight", "must be at least 1"));
+            }
         }
         let max = cluster_size.map_or(5, |n| n.min(5));
         let s = &self.stream;
@@ -522,6 +583,11 @@ impl Config {
     /// The schedule `faults.profile` names (validated to exist).
     pub fn schedule(&self) -> Schedule {
         self.faults.schedule().unwrap_or_default()
+    }
+
+    /// The operator's weights: the fault profile's, if it sets them.
+    pub fn operator_weights(&self) -> Weights {
+        self.schedule().operator_weights.unwrap_or_else(|| self.operator.weights.clone())
     }
 
     pub fn window(&self) -> properties::liveness::WindowConfig {

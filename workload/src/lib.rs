@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 pub mod bench;
 pub mod cluster;
 pub mod composer;
@@ -10,6 +11,7 @@ pub mod records;
 pub mod replicas;
 pub mod report;
 pub mod retry;
+pub mod round;
 pub mod run;
 pub mod sdk;
 pub mod state;

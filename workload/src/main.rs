@@ -153,8 +153,8 @@ struct Common {
     #[arg(long, env = "WORKLOAD_OPERATOR")]
     operator: Option<bool>,
     /// Overrides operator.system_user and operator.system_password (USER:PASSWORD).
-    #[arg(long, env = "WORKLOAD_SYSTEM_ACCOUNT")]
-    system_account: Option<String>,
+    #[arg(long, env = "WORKLOAD_SYSTEM_ACCOUNT", value_parser = user_password)]
+    system_account: Option<(String, String)>,
     /// Overrides faults.enabled (true/false; local runs only).
     #[arg(long, env = "WORKLOAD_FAULTS")]
     faults: Option<bool>,
@@ -303,6 +303,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// `USER:PASSWORD`; anything else is a usage error rather than a silently ignored value.
+fn user_password(v: &str) -> Result<(String, String), String> {
+    match v.split_once(':') {
+        Some((user, password)) if !user.is_empty() => Ok((user.into(), password.into())),
+        _ => Err(format!("expected USER:PASSWORD, got {v:?}")),
+    }
+}
+
 fn usage(msg: &str) -> ExitCode {
     eprintln!("error: {msg}");
     ExitCode::from(EXIT_USAGE)
@@ -324,8 +332,8 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     if let Some(v) = c.operator {
         cfg.operator.enabled = v;
     }
-    if let Some((user, password)) = c.system_account.as_deref().and_then(|v| v.split_once(':')) {
-        (cfg.operator.system_user, cfg.operator.system_password) = (user.into(), password.into());
+    if let Some(account) = &c.system_account {
+        (cfg.operator.system_user, cfg.operator.system_password) = account.clone();
     }
     if let Some(v) = c.faults {
         cfg.faults.enabled = v;

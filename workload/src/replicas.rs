@@ -4,6 +4,7 @@
 //! says every replica is current; nodes holding no replica are skipped.
 
 use crate::cluster::http_client;
+use properties::durable::ConsumerReplica;
 use properties::replicas::{judge, Agreement, ReplicaState};
 use properties::scale::StreamInfoView;
 use serde_json::Value;
@@ -63,6 +64,18 @@ impl ReplicaProbe {
         ReplicaLook::Compared { leader, followers: states, agreement }
     }
 
+    /// The gap between the furthest and the slowest replica of the peer set `info` lists
+    /// (leader and replicas, each from its own node); `None` when a peer did not answer.
+    pub async fn catch_up_gap(&mut self, stream: &str, info: &StreamInfoView) -> Option<u64> {
+        let cluster = info.cluster.as_ref()?;
+        let leader = cluster.leader.as_deref().filter(|l| !l.is_empty());
+        let mut last_seqs = Vec::new();
+        for peer in leader.into_iter().chain(cluster.replicas.iter().map(|r| r.name.as_str())) {
+            last_seqs.push(self.state_on(peer, stream).await.ok()?.map_or(0, |s| s.last_seq));
+        }
+        Some(properties::scale::catch_up_gap(&last_seqs))
+    }
+
     /// The meta leader, as the first node that answers `/jsz` names it.
     pub async fn meta_leader(&self) -> Option<String> {
         for url in &self.urls {
@@ -74,11 +87,21 @@ impl ReplicaProbe {
     }
 
     /// The state of `stream`'s replica on the node named `name`.
-    async fn state_on(&mut self, name: &str, stream: &str) -> Result<Option<ReplicaState>, String> {
-        let i = self.index_of(name).await?;
-        let url = format!("{}/jsz?accounts=true&streams=true", self.urls[i]);
-        let jsz = self.get(&url).await?;
+    pub async fn state_on(&mut self, name: &str, stream: &str) -> Result<Option<ReplicaState>, String> {
+        let jsz = self.jsz_on(name, "accounts=true&streams=true").await?;
         Ok(replica_in(&jsz, name, stream))
+    }
+
+    /// The state of `consumer` (of `stream`) as the node named `name` stores it.
+    pub async fn consumer_on(&mut self, name: &str, stream: &str, consumer: &str) -> Result<Option<ConsumerReplica>, String> {
+        let jsz = self.jsz_on(name, "accounts=true&streams=true&consumers=true").await?;
+        Ok(consumer_in(&jsz, name, stream, consumer))
+    }
+
+    /// The `/jsz?<query>` answer of the node named `name`.
+    async fn jsz_on(&mut self, name: &str, query: &str) -> Result<Value, String> {
+        let i = self.index_of(name).await?;
+        self.get(&format!("{}/jsz?{query}", self.urls[i])).await
     }
 
     /// The monitoring URL of the node named `name` (asks each unnamed node's /varz; a
@@ -108,9 +131,7 @@ impl ReplicaProbe {
 
 /// The replica of `stream` in one node's `/jsz?accounts=true&streams=true` answer.
 pub fn replica_in(jsz: &Value, node: &str, stream: &str) -> Option<ReplicaState> {
-    let accounts = jsz["account_details"].as_array()?;
-    let detail = accounts.iter().flat_map(|a| a["stream_detail"].as_array().into_iter().flatten()).find(|s| s["name"] == stream)?;
-    let st = &detail["state"];
+    let st = &stream_detail(jsz, stream)?["state"];
     let n = |k: &str| st[k].as_u64().unwrap_or(0);
     Some(ReplicaState {
         node: node.to_string(),
@@ -120,6 +141,19 @@ pub fn replica_in(jsz: &Value, node: &str, stream: &str) -> Option<ReplicaState>
         num_deleted: n("num_deleted"),
         bytes: n("bytes"),
     })
+}
+
+/// The replica of `consumer` in one node's `/jsz?accounts=true&streams=true&consumers=true`.
+pub fn consumer_in(jsz: &Value, node: &str, stream: &str, consumer: &str) -> Option<ConsumerReplica> {
+    let c = stream_detail(jsz, stream)?["consumer_detail"].as_array()?.iter().find(|c| c["name"] == consumer)?;
+    let n = |path: &str| c.pointer(path).and_then(Value::as_u64).unwrap_or(0);
+    Some(ConsumerReplica { node: node.to_string(), delivered: n("/delivered/stream_seq"), ack_floor: n("/ack_floor/stream_seq") })
+}
+
+/// `stream`'s entry in a node's `/jsz?accounts=true&streams=true` answer, in any account.
+fn stream_detail<'a>(jsz: &'a Value, stream: &str) -> Option<&'a Value> {
+    let accounts = jsz["account_details"].as_array()?;
+    accounts.iter().flat_map(|a| a["stream_detail"].as_array().into_iter().flatten()).find(|s| s["name"] == stream)
 }
 
 #[cfg(test)]

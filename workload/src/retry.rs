@@ -79,6 +79,19 @@ impl Liveness {
         op: &'static str,
         property: Property,
         cancel: &CancellationToken,
+        mut f: impl FnMut() -> Fut,
+    ) -> Option<T> {
+        self.retry_reporting(op, Some(property), cancel, || stalled(f())).await.ok()
+    }
+
+    /// [`Liveness::retry`] for an operation that can move forward while it still fails (a
+    /// change copying the stream to a new peer): a failure that says it progressed starts
+    /// the window over, so the window measures time without progress.
+    pub async fn retry_progressing<T, Fut: Future<Output = Result<T, Failure>>>(
+        &self,
+        op: &'static str,
+        property: Property,
+        cancel: &CancellationToken,
         f: impl FnMut() -> Fut,
     ) -> Option<T> {
         self.retry_reporting(op, Some(property), cancel, f).await.ok()
@@ -91,13 +104,13 @@ impl Liveness {
         &self,
         op: &'static str,
         cancel: &CancellationToken,
-        f: impl FnMut() -> Fut,
+        mut f: impl FnMut() -> Fut,
     ) -> Result<T, String> {
         let once = Liveness { give_up: true, ..self.clone() };
-        once.retry_reporting(op, None, cancel, f).await
+        once.retry_reporting(op, None, cancel, || stalled(f())).await
     }
 
-    async fn retry_reporting<T, E: Display, Fut: Future<Output = Result<T, E>>>(
+    async fn retry_reporting<T, Fut: Future<Output = Result<T, Failure>>>(
         &self,
         op: &'static str,
         property: Option<Property>,
@@ -119,9 +132,12 @@ impl Liveness {
                     }
                     return Ok(t);
                 }
-                Err(e) => {
-                    last_error = e.to_string();
+                Err(Failure { error, progressed }) => {
+                    last_error = error;
                     let w = window.get_or_insert_with(|| self.open_for(op, property));
+                    if progressed {
+                        w.progressed();
+                    }
                     if !w.failed(&last_error, cancel).await {
                         if self.give_up {
                             return Err(last_error);
@@ -132,6 +148,25 @@ impl Liveness {
             }
         }
     }
+}
+
+/// A failed try of an operation retried inside a window.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub error: String,
+    /// It still moved forward (see [`Liveness::retry_progressing`]).
+    pub progressed: bool,
+}
+
+impl Failure {
+    /// A failure that moved nothing forward.
+    pub fn stalled(error: impl Display) -> Self {
+        Failure { error: error.to_string(), progressed: false }
+    }
+}
+
+async fn stalled<T, E: Display>(f: impl Future<Output = Result<T, E>>) -> Result<T, Failure> {
+    f.await.map_err(Failure::stalled)
 }
 
 impl OpenWindow<'_> {

@@ -73,6 +73,9 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         return Err(e);
     }
     drivers::spawn_core(&ctx, &mut tasks);
+    if ctx.cfg.durable.enabled {
+        tasks.spawn(drivers::durable::run(ctx.clone(), spec.source.chooser(0xD0AB1E)));
+    }
     if ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
         tasks.spawn(operator::run(ctx.clone(), spec.source.chooser(0x5CA1E)));
     }

@@ -42,6 +42,9 @@ pub struct Ctx {
     pub faults: Option<Arc<FaultLog>>,
     /// What the operator did.
     pub ops: Arc<OpTally>,
+    /// The durable consumer's ledger, handed over when its driver stops (for the final
+    /// verification).
+    pub durable: Arc<Mutex<Option<properties::durable::DurableLedger>>>,
 }
 
 /// The stream and subject of a run.
@@ -67,6 +70,7 @@ impl Ctx {
             view: Arc::default(),
             faults: None,
             ops: Arc::default(),
+            durable: Arc::default(),
         }
     }
 
@@ -130,6 +134,8 @@ pub enum Suspect {
     ReadMissing,
     /// A replica disagreeing with the leader.
     ReplicasDisagree,
+    /// The durable consumer's ack floor disagreeing with its confirmed acks or deliveries.
+    DurableAckFloor,
 }
 
 /// Suspicions still open, each with the details of its latest bad observation. Whatever is
@@ -215,6 +221,25 @@ stats! {
     /// Replica count last configured on the stream.
     replicas,
     liveness_windows_expired,
+    /// The durable consumer: deliveries (redeliveries among them), acks the server
+    /// confirmed or left unanswered, deliveries left unacknowledged on purpose, and times
+    /// it was found gone and made anew.
+    durable_delivered,
+    durable_redelivered,
+    durable_acks_confirmed,
+    durable_acks_unconfirmed,
+    durable_acks_skipped,
+    durable_recreated,
+    /// Sequences the durable consumer's ack floor passed that the stream no longer held.
+    durable_absent_passed,
+    /// Confirmed acks undone while the durable consumer had a single replica (by design).
+    durable_unreplicated_undone,
+    /// Every sequence up to this one was delivered to the durable consumer (at its last look).
+    durable_received,
+    /// Messages delivered again after their ack was confirmed (left unacknowledged to see
+    /// whether they come yet again), and those that did not: a redelivery racing the ack.
+    durable_confirmed_redelivered,
+    durable_redelivery_races,
     /// Resident set at the first progress line and the highest seen at any (KiB).
     rss_kib_first,
     rss_kib_max,

@@ -71,6 +71,8 @@ pub struct FinalCheck {
     pub read_per_s: f64,
     /// Every current replica equal to the leader; absent when no monitoring endpoints.
     pub replicas: Option<Outcome>,
+    /// The durable consumer's ack floor agreeing with its acks; absent when none ran.
+    pub durable: Option<Outcome>,
 }
 
 /// The final verification of `ctx`'s stream could not be done at all: every safety
@@ -80,18 +82,23 @@ pub fn unanswered(ctx: &Ctx, why: &str) -> FinalCheck {
     for p in [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost, Property::ReplicasAgree] {
         sdk::unknown(p, &details);
     }
-    FinalCheck::unknown(Stats::get(&ctx.stats.last_acked_seq))
+    let mut check = FinalCheck::unknown(Stats::get(&ctx.stats.last_acked_seq));
+    if ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take().is_some() {
+        sdk::unknown(Property::DurableAckNeverUndone, &details);
+        check.durable = Some(Outcome::Unknown);
+    }
+    check
 }
 
 impl FinalCheck {
     /// Every question held: the stream can be retired.
     pub fn all_held(&self) -> bool {
-        self.stream == Outcome::Held && self.read == Outcome::Held && self.replicas.is_none_or(|r| r == Outcome::Held)
+        self.stream == Outcome::Held && self.read == Outcome::Held && [self.replicas, self.durable].iter().all(|o| o.is_none_or(|r| r == Outcome::Held))
     }
 
     fn unknown(last_acked: u64) -> Self {
         let u = Outcome::Unknown;
-        FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u) }
+        FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u), durable: None }
     }
 
     /// The answer to a suspicion left open when the drivers stopped.
@@ -102,6 +109,7 @@ impl FinalCheck {
             }
             Suspect::ReadMissing => ("final read", self.read),
             Suspect::ReplicasDisagree => ("final replica comparison", self.replicas.unwrap_or(Outcome::Unknown)),
+            Suspect::DurableAckFloor => ("final durable consumer check", self.durable.unwrap_or(Outcome::Unknown)),
         }
     }
 
@@ -162,6 +170,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
         Outcome::Failed // the missing ones were judged (and reported) as they were skipped
     };
     check.replicas = judge_replicas_at_rest(&ctx, &client, &cancel).await;
+    check.durable = crate::drivers::durable::final_check(&ctx, &client).await;
     tracing::info!(?check, "final verification done");
     check
 }

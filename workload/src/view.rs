@@ -32,6 +32,8 @@ struct Snapshot {
     /// Every listed follower, with whether it is current.
     followers: Vec<(String, bool)>,
     replicas: usize,
+    /// The server holding the durable consumer's only replica, when it has one.
+    durable_sole: Option<String>,
 }
 
 /// The shared view; cheap to read, refreshed by the monitor.
@@ -65,6 +67,18 @@ impl ClusterView {
                 s.followers.clear();
             }
         }
+    }
+
+    /// Where the durable consumer's only replica is (None: replicated, or unknown).
+    pub fn saw_durable(&self, sole: Option<String>) {
+        if let Ok(mut s) = self.snapshot.lock() {
+            s.durable_sole = sole.filter(|l| !l.is_empty());
+        }
+    }
+
+    /// The server holding the durable consumer's only replica, at the last look.
+    pub fn durable_sole(&self) -> Option<String> {
+        self.snapshot.lock().ok().and_then(|s| s.durable_sole.clone())
     }
 
     /// The meta leader as a node's `/jsz` names it.

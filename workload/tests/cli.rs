@@ -23,6 +23,10 @@ fn invalid_settings_exit_2_naming_the_field() {
     let out = workload().args(["local", "--config"]).arg(&cfg).arg("--out").arg(dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("payload"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let out = workload().args(["local", "--system-account", "sys"]).arg("--out").arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("USER:PASSWORD"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -64,8 +64,9 @@ async fn a_foreign_message_fails_read_only_published_and_publish_ack_gap_free() 
     client.publish(h.subject.clone(), Bytes::from_static(b"not the workload's")).await.unwrap();
     client.flush().await.unwrap();
     let done = h.finish(child, LIMIT);
-    done.assert_failed("read-only-published-messages", &["publish-ack-gap-free", "publish-eventually-acked"]);
-    done.assert_failed("publish-ack-gap-free", &["read-only-published-messages", "publish-eventually-acked"]);
+    let also = ["publish-eventually-acked", "durable-content-matches-publish"];
+    done.assert_failed("read-only-published-messages", &[&["publish-ack-gap-free"], &also[..]].concat());
+    done.assert_failed("publish-ack-gap-free", &[&["read-only-published-messages"], &also[..]].concat());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -79,7 +80,9 @@ async fn forged_content_under_a_valid_id_fails_read_content_matches_publish() {
     let forged = vec![7u8; 128];
     assert_eq!(publish_as(&h, &client, &run.msg_id(1), Some(&checksum(&forged)), forged).await, 1);
     let done = h.finish(h.spawn("8s", &[]), LIMIT);
-    done.assert_failed("read-content-matches-publish", &[]);
+    done.assert_failed("read-content-matches-publish", &["durable-content-matches-publish"]);
+    // The durable consumer is given the same forgery.
+    done.assert_failed("durable-content-matches-publish", &["read-content-matches-publish"]);
     assert!(done.counter("duplicate_acks") >= 1, "the publisher's message 1 was deduplicated onto the forgery");
 }
 
@@ -98,7 +101,7 @@ async fn a_stolen_message_id_fails_publish_duplicate_ack_original_sequence() {
     let done = h.finish(h.spawn("8s", &["--config", cfg.to_str().unwrap()]), LIMIT);
     done.assert_failed(
         "publish-duplicate-ack-original-sequence",
-        &["publish-ack-gap-free", "read-content-matches-publish"],
+        &["publish-ack-gap-free", "read-content-matches-publish", "durable-content-matches-publish"],
     );
 }
 
@@ -112,7 +115,8 @@ async fn deleting_the_stream_fails_stream_never_disappears() {
     let done = h.finish(child, LIMIT);
     done.assert_failed(
         "stream-never-disappears",
-        &["stream-state-covers-acks", "acked-message-never-lost", "publish-eventually-acked", "consumer-eventually-catches-up", "scale-eventually-settles"],
+        &["stream-state-covers-acks", "acked-message-never-lost", "publish-eventually-acked", "consumer-eventually-catches-up", "scale-eventually-settles",
+          "durable-ack-never-undone", "durable-eventually-catches-up"],
     );
 }
 
@@ -133,6 +137,65 @@ async fn a_message_the_reader_is_not_given_fails_read_sequence_gap_free() {
     let done = h.finish(child, LIMIT);
     done.assert_failed("read-sequence-gap-free", &["publish-ack-gap-free", "publish-eventually-acked"]);
     assert_eq!(done.property("read-sequence-gap-free")["first_failure"]["first_missing_in_stream"], true);
+}
+
+/// Waits until the workload's durable consumer reports an ack floor of at least `n`.
+async fn wait_for_durable_floor(h: &Harness, client: &async_nats::Client, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(info) = jsapi::request(client, &format!("CONSUMER.INFO.{}.durable", h.stream), &json!(null), T).await {
+            if info["ack_floor"]["stream_seq"].as_u64().unwrap_or(0) >= n {
+                return;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "the durable consumer never acked {n}; log: {}", h.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Acks the server confirmed are undone: the durable consumer is deleted and made again
+/// under its name, from the stream's start, as a botched restore would. (Replicated, so
+/// the undo cannot be put down to a single server's unwritten state.)
+#[tokio::test(flavor = "multi_thread")]
+async fn recreating_the_durable_consumer_from_the_start_fails_durable_ack_never_undone() {
+    let h = Harness::start("undone").await;
+    let cfg = h.config("replicated.toml", "[durable]\nreplicas = [3]\n");
+    let child = h.spawn("15s", &["--config", &cfg, "--operator", "false"]);
+    let client = h.client().await;
+    wait_for_durable_floor(&h, &client, 1000).await;
+    api(&client, &format!("CONSUMER.DELETE.{}.durable", h.stream), json!(null)).await;
+    let config = json!({ "stream_name": h.stream, "config": { "durable_name": "durable", "ack_policy": "explicit",
+        "deliver_policy": "all", "ack_wait": 5_000_000_000u64, "filter_subject": h.subject } });
+    api(&client, &format!("CONSUMER.CREATE.{}.durable", h.stream), config).await;
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("durable-ack-never-undone", &[]);
+    assert_eq!(done.counter("durable_unreplicated_undone"), 0);
+}
+
+/// Another client takes deliveries from the durable consumer and acks them: the consumer's
+/// ack floor passes messages the workload was never given, while the stream still holds them.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_client_acking_its_deliveries_fails_durable_nothing_skipped() {
+    let h = Harness::start("stolen").await;
+    // Nothing left unacknowledged on purpose: a redelivery pending below the stolen
+    // messages when the run stops would hold the floor below them.
+    let cfg = h.config("no-skips.toml", "[durable]\nskip_ack_probability = 0.0\n");
+    let child = h.spawn("20s", &["--config", &cfg]);
+    let client = h.client().await;
+    wait_for_durable_floor(&h, &client, 1000).await;
+    let stream = h.jetstream(&client).get_stream(&h.stream).await.unwrap();
+    let consumer: async_nats::jetstream::consumer::PullConsumer = stream.get_consumer("durable").await.unwrap();
+    let mut taken = 0;
+    while taken < 200 {
+        let mut batch = consumer.fetch().max_messages(50).expires(Duration::from_secs(1)).messages().await.unwrap();
+        while let Some(Ok(m)) = futures::StreamExt::next(&mut batch).await {
+            m.double_ack().await.unwrap();
+            taken += 1;
+        }
+    }
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("durable-nothing-skipped", &["durable-eventually-catches-up"]);
+    assert!(done.property("durable-nothing-skipped")["first_failure"]["never_delivered"].as_u64().unwrap() > 0);
 }
 
 /// A message deleted a moment before the run is stopped: the monitor's look has seen it
@@ -185,7 +248,7 @@ async fn a_follower_silently_missing_messages_fails_replicas_agree() {
     // On a loaded machine the damaged replica is sometimes elected leader for a while; the
     // reader then really is served its hole (seen in CI). That is the defect showing
     // through, not a false alarm; replicas-agree must fail either way.
-    done.assert_failed("replicas-agree", &["read-sequence-gap-free", "acked-message-never-lost", "stream-state-covers-acks"]);
+    done.assert_failed("replicas-agree", &["read-sequence-gap-free", "acked-message-never-lost", "stream-state-covers-acks", "durable-nothing-skipped"]);
     let first = &done.property("replicas-agree")["first_failure"];
     assert_eq!(first["replica"]["node"], follower.as_str(), "{first}");
     assert!(first["replica"]["num_deleted"].as_u64().unwrap() > 0, "{first}");

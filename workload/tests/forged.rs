@@ -92,7 +92,8 @@ async fn an_older_delivery_inside_one_consumer_fails_read_sequence_gap_free() {
     let mut kept: Option<(Frame, u64, String)> = None;
     let mut done = false;
     link.forge(Arc::new(Mutex::new(move |f: Frame| {
-        let Some((sseq, consumer, cseq)) = delivery(&f, &stream).filter(|_| !done) else { return vec![f] };
+        // The ordered reader's deliveries only (the durable consumer may be given anything again).
+        let Some((sseq, consumer, cseq)) = delivery(&f, &stream).filter(|(_, c, _)| !done && c != "durable") else { return vec![f] };
         match &kept {
             Some((old, old_seq, c)) if *c == consumer && sseq >= old_seq + 200 => {
                 let replay = with_consumer_seq(old, &stream, cseq + 1);
@@ -165,4 +166,68 @@ async fn a_stream_settled_outside_its_placement_fails_placement_honoured() {
     let first = &done.property("placement-honoured")["first_failure"];
     assert!(first["problem"].as_str().unwrap_or("").contains("n3 lacks tag g0"), "{first}");
     assert!(first["settled_for_s"].as_f64().unwrap() >= 15.0, "{first}");
+}
+
+/// A monitoring endpoint in front of `node`'s: every answer passes unchanged except that,
+/// where the node holds a follower replica of the durable consumer, that replica's ack
+/// floor is one lower than the node stored. Returns the proxy's URL.
+async fn forging_monitor(node: String, upstream: String, stream: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let http = reqwest::Client::new();
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let line = String::from_utf8_lossy(&request).lines().next().unwrap_or_default().to_string();
+            let path = line.split(' ').nth(1).unwrap_or("/").to_string();
+            let Ok(reply) = http.get(format!("{upstream}{path}")).send().await else { continue };
+            let status = reply.status().as_u16();
+            let mut body = reply.bytes().await.unwrap_or_default().to_vec();
+            if let Ok(mut jsz) = serde_json::from_slice::<Value>(&body) {
+                for account in jsz["account_details"].as_array_mut().into_iter().flatten() {
+                    for s in account["stream_detail"].as_array_mut().into_iter().flatten().filter(|s| s["name"] == stream.as_str()) {
+                        for c in s["consumer_detail"].as_array_mut().into_iter().flatten().filter(|c| c["name"] == "durable") {
+                            let follower = c["cluster"]["leader"].as_str().is_some_and(|l| l != node);
+                            if let (true, Some(floor)) = (follower, c["ack_floor"]["stream_seq"].as_u64()) {
+                                c["ack_floor"]["stream_seq"] = json!(floor.saturating_sub(1));
+                            }
+                        }
+                    }
+                }
+                body = jsz.to_string().into_bytes();
+            }
+            let head = format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let _ = conn.write_all(head.as_bytes()).await;
+            let _ = conn.write_all(&body).await;
+        }
+    });
+    url
+}
+
+/// Every follower of the replicated durable consumer stores an ack floor one below its
+/// leader's, at rest: only comparing each replica's own state shows it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_storing_another_ack_floor_fails_durable_replicas_agree_at_rest() {
+    let h = Harness::start("consumerreplica").await;
+    let mut monitors = Vec::new();
+    for node in &h.cluster.nodes {
+        monitors.push(forging_monitor(node.name.clone(), node.monitor_url(), h.stream.clone()).await);
+    }
+    let cfg = h.config("r3.toml", "[durable]\nreplicas = [3]\n");
+    let child = h.spawn_watching(&h.cluster.client_urls(), &monitors, "12s", &["--operator", "false", "--config", &cfg]);
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("durable-replicas-agree-at-rest", &[]);
+    let first = &done.property("durable-replicas-agree-at-rest")["first_failure"];
+    let differ = first["differ"].as_array().unwrap_or_else(|| panic!("{first}"));
+    assert_eq!(differ.len(), 2, "both followers: {first}");
+    assert_eq!(differ[0]["ack_floor"].as_u64().unwrap() + 1, first["leader"]["ack_floor"].as_u64().unwrap(), "{first}");
+    assert_eq!(done.report["final_check"]["durable"], "failed");
 }

@@ -41,6 +41,12 @@ peer_remove = 2
 peer_evacuate = 2
 stream_stepdown = 2
 meta_stepdown = 2
+server_evacuate = 2
+# The durable consumer's operations have their own test.
+consumer_stepdown = 0
+consumer_scale = 0
+consumer_peer_remove = 0
+consumer_peer_evacuate = 0
 [scale]
 # Groups hold three nodes (R4 and R5 cannot move); R1 has no peer to remove or leader to
 # step down. Every operation stays applicable.
@@ -50,12 +56,13 @@ wait_settled_probability = 1.0
 
 #[test]
 fn every_operation_takes_effect_on_five_nodes_and_every_property_holds() {
-    let (report, log) = local_run("5", "75s", EVERY_OPERATION, &[]);
+    let (report, log) = local_run("5", "90s", EVERY_OPERATION, &[]);
     let tail: String = log.lines().rev().take(60).collect::<Vec<_>>().join("\n");
     assert_eq!(report["verdict"], "pass", "{}\n{tail}", report["failed"]);
     let ops = &report["operations"];
+    eprintln!("operations: {ops}");
     assert_eq!(ops["skipped"], serde_json::json!({}), "2.15 has every operation, and local runs hold the system account");
-    for op in ["scale", "move", "peer-remove", "peer-evacuate", "stream-stepdown", "meta-stepdown"] {
+    for op in ["scale", "move", "peer-remove", "peer-evacuate", "server-evacuate", "stream-stepdown", "meta-stepdown"] {
         let c = &ops["counts"][op];
         assert!(c["settled"].as_u64().unwrap_or(0) >= 1, "{op} never settled: {ops}\n{tail}");
         assert!(op == "scale" || c["effect_seen"].as_u64().unwrap_or(0) >= 1, "{op} never changed peers or leader: {ops}\n{tail}");
@@ -75,12 +82,60 @@ fn an_older_server_is_never_sent_what_it_lacks() {
     let tail: String = log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
     assert!(report["verdict"].is_string(), "the run reached a verdict: {tail}");
     let ops = &report["operations"];
-    for op in ["peer-evacuate", "cancel-move"] {
+    for op in ["peer-evacuate", "cancel-move", "server-evacuate"] {
         assert!(ops["skipped"][op].as_str().is_some_and(|why| why.contains("2.15")), "{op} not skipped: {ops}");
         assert!(ops["counts"][op].is_null(), "{op} was sent to 2.14: {ops}");
     }
     assert!(ops["counts"]["stream-stepdown"]["done"].as_u64().unwrap_or(0) + ops["counts"]["move"]["done"].as_u64().unwrap_or(0) > 0, "{ops}");
-    assert!(!log.contains("STREAM.PEER.EVACUATE") && !log.contains("CANCEL_MOVE"));
+    assert!(!log.contains("STREAM.PEER.EVACUATE") && !log.contains("CANCEL_MOVE") && !log.contains("SERVER.EVACUATE"));
+}
+
+/// The durable consumer's leader steps down, its replica count changes (1 up to the
+/// stream's, or follow the stream) and its peers are removed and evacuated (2.15) under an
+/// R3 stream: each takes effect, the consumer settles, and no confirmed ack is undone.
+#[test]
+fn the_durable_consumer_is_stepped_down_rescaled_and_moved_under_its_acks() {
+    let config = r#"
+[operator]
+interval_min = "500ms"
+interval_max = "1s"
+wait_settled_probability = 1.0
+[operator.weights]
+scale = 1
+move = 0
+peer_remove = 0
+peer_evacuate = 0
+stream_stepdown = 0
+meta_stepdown = 0
+consumer_stepdown = 2
+consumer_scale = 1
+consumer_peer_remove = 4
+consumer_peer_evacuate = 2
+server_evacuate = 0
+[scale]
+# The stream stays R3 (its scale requests still go out): a peer of the stream the consumer
+# does not hold, while the consumer has two, is what lets a consumer peer be removed.
+replicas = [3]
+wait_settled_probability = 1.0
+[durable]
+replicas = [2]
+"#;
+    let (report, log) = local_run("3", "60s", config, &[]);
+    let tail: String = log.lines().rev().take(60).collect::<Vec<_>>().join("\n");
+    assert_eq!(report["verdict"], "pass", "{}\n{tail}", report["failed"]);
+    let ops = &report["operations"];
+    eprintln!("operations: {ops}");
+    for op in ["consumer-stepdown", "consumer-scale", "consumer-peer-remove", "consumer-peer-evacuate"] {
+        let c = &ops["counts"][op];
+        assert!(c["effect_seen"].as_u64().unwrap_or(0) >= 1, "{op} never settled with an effect: {ops}\n{tail}");
+    }
+    let property = |id: &str| report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap().clone();
+    for id in ["durable-ack-never-undone", "durable-nothing-skipped", "durable-content-matches-publish"] {
+        assert_eq!(property(id)["status"], "passed", "{id}: {}", property(id));
+    }
+    assert!(property("consumer-scale-eventually-settles")["held"].as_u64().unwrap() >= 1);
+    assert_eq!(report["final_check"]["durable"], "held");
+    assert!(report["counters"]["durable_acks_confirmed"].as_u64().unwrap() > 1000, "{}", report["counters"]);
 }
 
 /// In a supercluster of two three-node clusters joined by gateways, the stream moves from
@@ -89,8 +144,9 @@ fn an_older_server_is_never_sent_what_it_lacks() {
 fn the_stream_moves_between_the_clusters_of_a_supercluster() {
     let config = r#"
 [operator]
-interval_min = "500ms"
-interval_max = "1s"
+# Long enough for the monitor (every 2 s) to look at each settled placement.
+interval_min = "3s"
+interval_max = "4s"
 wait_settled_probability = 1.0
 cancel_move_probability = 0.0
 [operator.weights]
@@ -100,6 +156,11 @@ peer_remove = 0
 peer_evacuate = 0
 stream_stepdown = 0
 meta_stepdown = 0
+consumer_stepdown = 0
+consumer_scale = 0
+consumer_peer_remove = 0
+consumer_peer_evacuate = 0
+server_evacuate = 0
 "#;
     let (report, log) = local_run_in(2, "3", "45s", config, &[]);
     let tail: String = log.lines().rev().take(40).collect::<Vec<_>>().join("\n");
@@ -108,5 +169,5 @@ meta_stepdown = 0
     assert!(moves["effect_seen"].as_u64().unwrap_or(0) >= 2, "the stream changed clusters there and back: {moves}\n{tail}");
     assert!(log.contains(r#"to=PlacementView { cluster: Some("c1")"#) && log.contains(r#"to=PlacementView { cluster: Some("c2")"#), "{tail}");
     let held = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "placement-honoured").unwrap()["held"].as_u64().unwrap();
-    assert!(held >= 2, "placement judged where the moves settled");
+    assert!(held >= 2, "placement judged where the moves settled: held {held}\n{tail}");
 }

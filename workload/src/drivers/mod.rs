@@ -1,4 +1,6 @@
 //! The tasks that act on the cluster while a run goes on.
+pub mod catch_up;
+pub mod durable;
 pub mod monitor;
 pub mod operator;
 pub mod publisher;

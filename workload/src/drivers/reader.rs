@@ -8,7 +8,7 @@
 
 use crate::faults::quiet::Why;
 use crate::jsapi;
-use crate::retry::{OpenWindow, Step};
+use crate::drivers::catch_up::{CatchUp, Tick};
 use crate::sdk;
 use crate::state::{Ctx, Stats, Suspect};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
@@ -37,7 +37,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
     let client = ctx.connect("reader").await?;
     let js = jetstream::ContextBuilder::new().timeout(ctx.api_timeout()).build(client.clone());
     let mut verifier = ReadVerifier::new(ctx.run.clone(), 1);
-    let mut catch_up = CatchUp { target: None, seen: 0 };
+    let mut catch_up = CatchUp::new(Property::ConsumerEventuallyCatchesUp, Some(Property::ConsumerFellFarBehind));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
 
     'consumer: loop {
@@ -56,27 +56,31 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     ..Default::default()
                 })
                 .await?;
-            anyhow::Ok(consumer.messages().await?)
+            let info = consumer.cached_info();
+            let placed = json!({ "name": info.name, "server": info.cluster.as_ref().and_then(|c| c.leader.clone()), "start": start });
+            anyhow::Ok((consumer.messages().await?, placed))
         };
         let mut consumer_name = String::new();
-        let Some(mut messages) = ctx
+        let Some((mut messages, placed)) = ctx
             .live
             .retry("create ordered consumer", Property::ConsumerEventuallyCatchesUp, &ctx.cancel, create)
             .await
         else {
             return Ok(verifier.next_seq());
         };
+        catch_up.consumer = placed;
 
         loop {
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => return Ok(verifier.next_seq()),
                 _ = tick.tick() => {
-                    match catch_up.tick(ctx, until, &verifier) {
+                    match catch_up.tick(ctx, until, verifier.consumed()) {
                         Tick::Go => {}
                         Tick::Stalled { target } => {
                             // Faults pause now. Is the next message there at all? If the
                             // stream ends before it, that is acknowledged data lost.
                             tail_look_up(ctx, &client, &mut verifier, target).await;
+                            catch_up.note_holder(ctx).await;
                             // A consumer stuck since the last fault would wait two missed
                             // heartbeats (30 s) before the client replaced it.
                             recreated(ctx, "quiet period started while behind");
@@ -242,70 +246,4 @@ async fn tail_look_up(ctx: &Ctx, client: &async_nats::Client, verifier: &mut Rea
     v.details["observed_by"] = json!("the reader stalled below its target and looked its next sequence up");
     sdk::violation(&v);
     verifier.skip_to(to + 1);
-}
-
-/// How far behind the live reader must sometimes fall for the catch-up paths to matter.
-const FAR_BEHIND: u64 = 10_000;
-
-/// The catch-up liveness rule: whenever the reader is behind, it must reach the sequence it
-/// was behind (the last ack at that moment, or the final read's target) within a window
-/// of time WITHOUT PROGRESS: every message read starts the window over, so a long read
-/// that keeps moving never runs out.
-struct CatchUp<'a> {
-    target: Option<(u64, OpenWindow<'a>)>,
-    /// Consumed at the last tick.
-    seen: u64,
-}
-
-impl<'a> CatchUp<'a> {
-    /// Once a second: says whether to go on, that the reader stalled (faults now pause),
-    /// or that a window ran out (reported).
-    fn tick(&mut self, ctx: &'a Ctx, until: Until, verifier: &ReadVerifier) -> Tick {
-        let consumed = verifier.consumed();
-        let progressed = consumed > self.seen;
-        self.seen = consumed;
-        if let Some((target, w)) = &self.target {
-            if consumed >= *target {
-                sdk::check(Property::ConsumerEventuallyCatchesUp, true, &json!({ "target": target, "elapsed_s": w.elapsed().as_secs_f64() }));
-                self.target = None;
-            }
-        }
-        let goal = match until {
-            Until::Cancelled => {
-                let last = Stats::get(&ctx.stats.last_acked_seq);
-                let lag = last.saturating_sub(consumed);
-                sdk::above(Property::ConsumerFellFarBehind, lag, FAR_BEHIND, &json!({ "lag": lag, "consumed": consumed }));
-                last
-            }
-            Until::Seq(last) => last,
-        };
-        let Some((target, w)) = &mut self.target else {
-            if consumed < goal {
-                self.target = Some((goal, ctx.live.open_question("consumer catch-up")));
-            }
-            return Tick::Go;
-        };
-        if progressed {
-            w.progressed();
-            return Tick::Go;
-        }
-        match w.step(&format!("reader at {consumed} of {target}")) {
-            Step::Retry(_) => Tick::Go,
-            Step::QuietStarted(_) => Tick::Stalled { target: *target },
-            Step::Expired(elapsed) => {
-                sdk::check(Property::ConsumerEventuallyCatchesUp, false, &json!({
-                    "target": *target, "consumed": consumed, "without_progress_s": elapsed.as_secs_f64() }));
-                Stats::add(&ctx.stats.liveness_windows_expired, 1);
-                self.target = None;
-                Tick::Expired
-            }
-        }
-    }
-}
-
-enum Tick {
-    Go,
-    /// No progress for most of a window: faults were asked to pause.
-    Stalled { target: u64 },
-    Expired,
 }

@@ -4,8 +4,8 @@
 //!
 //! During a fault period, faults start one after another, each lasting a random time, and
 //! never more than `max_faulty` nodes are faulty at once (a fault type whose precondition
-//! fails is simply not drawn). Targets are drawn with a bias toward the nodes whose role
-//! matters at that moment ([`ClusterView`], [`targets`]), and a scale request may be
+//! fails is simply not drawn; the types come in rounds, [`Round`]). Targets are drawn with
+//! a bias toward the nodes whose role matters at that moment ([`ClusterView`], [`targets`]), and a scale request may be
 //! followed at once by a fault on the stream leader or a replica catching up. When a
 //! liveness window asks for quiet, everything is healed at once and nothing starts until the
 //! requested instant. Every start and end is logged, a start with its targets' roles.
@@ -13,6 +13,7 @@
 use crate::cluster::LocalCluster;
 use crate::config::{Config, FaultKind, Schedule};
 use crate::faults::docker::DockerNodes;
+use crate::round::Round;
 use crate::faults::targets;
 use crate::view::{ClusterView, Role};
 use nix::sys::signal::Signal;
@@ -147,6 +148,8 @@ pub struct Injector {
     cfg: Config,
     schedule: Schedule,
     rng: Chooser,
+    /// The fault types still to come in this round.
+    round: Round<FaultKind>,
     origin: Instant,
     pub log: Arc<FaultLog>,
     active: Vec<Active>,
@@ -159,7 +162,9 @@ pub struct Injector {
 impl Injector {
     pub fn new(target: impl Into<Target>, cfg: Config, source: Source, log: Arc<FaultLog>) -> Self {
         let schedule = cfg.schedule();
+        let round = Round::new(schedule.kinds.clone());
         Self {
+            round,
             target: target.into(),
             cfg,
             schedule,
@@ -300,15 +305,20 @@ impl Injector {
         if budget == 0 || healthy.is_empty() || n < 2 {
             return Vec::new();
         }
-        let mut kinds = Vec::new();
+        let mut allowed = Vec::new();
         for &k in &self.schedule.kinds {
             if self.target.supports(k).await && (k != FaultKind::Membership || self.membership_allowed()) {
-                kinds.push(k);
+                allowed.push(k);
             }
         }
-        let Some(&kind) = kinds.choose(&mut self.rng) else { return Vec::new() };
+        let Some(kind) = self.round.next(&mut self.rng, |k| allowed.contains(&k)) else { return Vec::new() };
         let names = self.target.names(&healthy).await;
-        let candidates: Vec<(usize, Vec<Role>)> = healthy.iter().zip(&names).map(|(i, name)| (*i, self.view.roles(name))).collect();
+        // Removing the server of the durable consumer's only replica would destroy the
+        // consumer: 2.15.1 then leaves it leaderless for good, and every migration of its
+        // stream waits for it.
+        let spared = if kind == FaultKind::Membership { self.view.durable_sole() } else { None };
+        let candidates: Vec<(usize, Vec<Role>)> =
+            healthy.iter().zip(&names).filter(|(_, name)| spared.as_ref() != Some(*name)).map(|(i, name)| (*i, self.view.roles(name))).collect();
         let Some(first) = targets::pick(&mut self.rng, &candidates, self.schedule.target_bias, prefer) else { return Vec::new() };
         let mut nodes = vec![first];
         if kind == FaultKind::Split {

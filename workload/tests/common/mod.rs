@@ -34,6 +34,19 @@ impl Finished {
         self.report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()
     }
 
+    /// What went wrong, first and short (CI shows the head of a failure's message): the
+    /// verdict, the failed and unknown properties with their first failure, the final check.
+    pub fn why(&self) -> String {
+        let mut lines = vec![format!("verdict {} (exit {:?}); failed {}", self.report["verdict"], self.status.code(), self.report["failed"])];
+        for p in self.report["properties"].as_array().into_iter().flatten() {
+            if p["status"] == "failed" || p["status"] == "unknown" {
+                lines.push(format!("{} {}: {}", p["id"], p["status"], p["first_failure"]));
+            }
+        }
+        lines.push(format!("final_check {}", self.report["final_check"]));
+        lines.join("\n")
+    }
+
     pub fn counter(&self, name: &str) -> u64 {
         self.report["counters"][name].as_u64().unwrap()
     }
@@ -65,19 +78,27 @@ impl Harness {
         async_nats::connect(self.cluster.client_urls()).await.unwrap()
     }
 
-    /// Starts `workload run` against this cluster with short liveness windows.
+    /// Starts `workload run` against this cluster with short liveness windows (unless
+    /// `extra` names its own).
     pub fn spawn(&self, duration: &str, extra: &[&str]) -> Child {
         self.spawn_via(&self.cluster.client_urls(), duration, extra)
     }
 
     /// [`Harness::spawn`] with the clients connecting to `servers` (e.g. a forging link).
     pub fn spawn_via(&self, servers: &[String], duration: &str, extra: &[&str]) -> Child {
+        self.spawn_watching(servers, &self.cluster.monitor_urls(), duration, extra)
+    }
+
+    /// [`Harness::spawn_via`] with the monitoring endpoints at `monitors` (e.g. a forging
+    /// HTTP proxy).
+    pub fn spawn_watching(&self, servers: &[String], monitors: &[String], duration: &str, extra: &[&str]) -> Child {
         let out = self.dir.path().join("out");
+        let window: &[&str] = if extra.contains(&"--liveness-window") { &[] } else { &["--liveness-window", "20s", "--liveness-quiet", "3s"] };
         Command::new(env!("CARGO_BIN_EXE_workload"))
             .args(["run", "--servers", &servers.join(",")])
-            .args(["--monitor", &self.cluster.monitor_urls().join(",")])
+            .args(["--monitor", &monitors.join(",")])
             .args(["--run-id", &self.run_id, "--seed", "42", "--duration", duration])
-            .args(["--liveness-window", "20s", "--liveness-quiet", "3s"])
+            .args(window)
             .arg("--out")
             .arg(&out)
             .args(extra)

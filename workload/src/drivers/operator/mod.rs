@@ -1,10 +1,12 @@
 //! The operator: what an administrator does to a live JetStream cluster, while publishing
-//! and reading go on. Every interval it draws one operation by weight among those the
-//! server supports (its version from INFO decides; what is never sent is listed with the
-//! reason), performs it, and sometimes waits for the stream to settle, judging the wait
+//! and reading go on. Every interval it draws one operation from a round holding each
+//! operation the server supports (its version from INFO decides; what is never sent is
+//! listed with the reason) as often as its weight, so every operation comes within about
+//! one round ([`crate::round::Round`]), performs it, and sometimes waits for the stream to settle, judging the wait
 //! with the operation's liveness property. Where the stream settles is judged by the
 //! monitor ([`PlacementJudge`]).
 
+pub mod consumer;
 pub mod moves;
 pub mod peers;
 pub mod scale;
@@ -14,11 +16,12 @@ use crate::cluster::{all_healthy, get_json, http_client};
 use crate::jsapi::{self, ApiError};
 use crate::random::Chooser;
 use crate::sdk;
-use crate::state::Ctx;
+use crate::state::{Ctx, Stats};
 use properties::operations::{peers, placement_honoured, OpKind, Version, CLUSTER_TAG};
-use properties::scale::{settled, StreamInfoView};
+use crate::replicas::ReplicaProbe;
+use crate::retry::Failure;
+use properties::scale::{settled, CatchUp, StreamInfoView};
 use properties::{Outcome, Property};
-use rand::Rng;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -55,6 +58,11 @@ impl OpTally {
         if let Ok(mut m) = self.counts.lock() {
             f(m.entry(op).or_default());
         }
+    }
+
+    /// How often `op` was drawn when it could not act.
+    pub fn not_applicable(&self, op: OpKind) -> u64 {
+        self.counts.lock().map(|m| m.get(&op).map_or(0, |c| c.not_applicable)).unwrap_or(0)
     }
 
     pub fn to_json(&self) -> Value {
@@ -101,9 +109,10 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
     let version = server_version(&ctx, &client).await;
     let parsed = Version::parse(&version);
     let mut ops = Vec::new();
+    let weights = ctx.cfg.operator_weights();
     for op in OpKind::ALL {
-        let weight = ctx.cfg.operator.weights.of(op);
-        match op.unsupported(parsed, system.is_some()) {
+        let weight = weights.of(op);
+        match op.unsupported(parsed, system.is_some(), ctx.cfg.durable.enabled) {
             Some(why) if weight > 0 || op == OpKind::CancelMove => {
                 tracing::info!(op = op.id(), server = %version, "operation not sent: {why}");
                 if let Ok(mut m) = ctx.ops.skipped.lock() {
@@ -118,7 +127,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
         return Ok(());
     }
     refresh_tags(&ctx).await;
-    let total: u32 = ops.iter().map(|(_, w)| w).sum();
+    let mut round = crate::round::Round::weighted(&ops);
     let cancel_moves = !ctx.ops.skipped.lock().is_ok_and(|m| m.contains_key(&OpKind::CancelMove));
     let (lo, hi) = (ctx.cfg.operator.interval_min, ctx.cfg.operator.interval_max);
     let mut scaler = scale::Scaler::new(&ctx);
@@ -129,19 +138,27 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
             _ = tokio::time::sleep(pause) => {}
         }
         refresh_tags(&ctx).await;
-        let mut ticket = rng.gen_range(0..total);
-        let op = ops.iter().find(|(_, w)| if ticket < *w { true } else { ticket -= w; false }).map_or(OpKind::Scale, |(op, _)| *op);
+        let op = round.next(&mut rng, |_| true).unwrap_or(OpKind::Scale);
+        let missed = ctx.ops.not_applicable(op);
         let wait = rng.chance("wait until settled", ctx.cfg.operator.wait_settled_probability);
         let carried_out = match op {
             OpKind::Scale => scaler.step(&ctx, &client, &mut rng).await,
             OpKind::Move => moves::step(&ctx, &client, &mut rng, cancel_moves, wait).await,
-            OpKind::PeerRemove | OpKind::PeerEvacuate => peers::step(&ctx, &client, &mut rng, op, wait).await,
+            OpKind::PeerRemove | OpKind::PeerEvacuate | OpKind::ServerEvacuate => {
+                peers::step(&ctx, &client, system.as_ref().unwrap_or(&client), &mut rng, op, wait).await
+            }
             OpKind::StreamStepdown => stepdown::stream(&ctx, &client, wait).await,
             OpKind::MetaStepdown => stepdown::meta(&ctx, system.as_ref().unwrap_or(&client), &client, wait).await,
+            OpKind::ConsumerStepdown => consumer::stepdown(&ctx, &client, wait).await,
+            OpKind::ConsumerScale => consumer::scale(&ctx, &client, &mut rng, wait).await,
+            OpKind::ConsumerPeerRemove | OpKind::ConsumerPeerEvacuate => consumer::peer_step(&ctx, &client, &mut rng, op, wait).await,
             OpKind::CancelMove => Some(()),
         };
         if carried_out.is_none() {
             break; // stopped
+        }
+        if ctx.ops.not_applicable(op) > missed {
+            round.later(op);
         }
     }
     Ok(())
@@ -249,34 +266,87 @@ pub async fn wait_settled(
     before: &[String],
     extra: impl Fn(&StreamInfoView) -> Result<(), String>,
 ) -> bool {
-    let http = http_client();
+    let settling = Settling::new(ctx);
     let check = || async {
-        let info = info(ctx, client).await?;
-        settled(&info.view, info.view.config.num_replicas)?;
-        extra(&info.view)?;
-        all_healthy(&http, &ctx.cluster.monitor_urls).await?;
-        Ok::<_, String>(peers(&info.view))
+        let info = info(ctx, client).await.map_err(Failure::stalled)?;
+        settling.judge(&info.view, settled(&info.view, info.view.config.num_replicas).and_then(|()| extra(&info.view))).await?;
+        Ok(peers(&info.view))
     };
-    let Some(after) = ctx.live.retry(op.id(), property, &ctx.cancel, check).await else { return false };
+    let Some(after) = ctx.live.retry_progressing(op.id(), property, &ctx.cancel, check).await else { return false };
     let effect = match op {
-        OpKind::StreamStepdown => after.first() != before.first(),
         OpKind::MetaStepdown => {
             let now = crate::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await;
             now.is_some() && now.as_ref() != before.first()
         }
-        _ => after.iter().collect::<std::collections::BTreeSet<_>>() != before.iter().collect(),
+        _ => took_effect(op, before, &after),
     };
+    count_settled(ctx, op, before, &after, effect);
+    true
+}
+
+/// Whether a group's peers (leader first) changed as `op` should change them: another
+/// leader after a stepdown, another set of peers otherwise.
+pub fn took_effect(op: OpKind, before: &[String], after: &[String]) -> bool {
+    match op {
+        OpKind::StreamStepdown | OpKind::ConsumerStepdown => after.first() != before.first(),
+        _ => after.iter().collect::<std::collections::BTreeSet<_>>() != before.iter().collect(),
+    }
+}
+
+/// Counts a settled operation, and whether it took effect.
+pub fn count_settled(ctx: &Ctx, op: OpKind, before: &[String], after: &[String], effect: bool) {
     tracing::debug!(op = op.id(), ?before, ?after, effect, "settled");
     ctx.ops.count(op, |c| {
         c.settled += 1;
         c.effect_seen += u64::from(effect);
     });
-    true
+}
+
+/// A change being waited for: settled and healthy yet, and if not, whether its new peers
+/// are catching up ([`CatchUp`]).
+pub struct Settling<'a> {
+    ctx: &'a Ctx,
+    http: reqwest::Client,
+    look: tokio::sync::Mutex<(ReplicaProbe, CatchUp)>,
+}
+
+impl<'a> Settling<'a> {
+    pub fn new(ctx: &'a Ctx) -> Self {
+        let look = tokio::sync::Mutex::new((ReplicaProbe::new(&ctx.cluster.monitor_urls), CatchUp::default()));
+        Settling { ctx, http: http_client(), look }
+    }
+
+    /// `Ok` when the stream says it has settled (`stream`) and every node's `/healthz` is
+    /// green. Otherwise why not, as a failure that progressed when the gap between the
+    /// stream's furthest and slowest peer reached a new low since the last look.
+    pub async fn judge(&self, view: &StreamInfoView, stream: Result<(), String>) -> Result<(), Failure> {
+        let why = match stream {
+            Ok(()) => match all_healthy(&self.http, &self.ctx.cluster.monitor_urls).await {
+                Ok(()) => return Ok(()),
+                Err(why) => why,
+            },
+            Err(why) => why,
+        };
+        let mut look = self.look.lock().await;
+        let (probe, catch_up) = &mut *look;
+        let progressed = match probe.catch_up_gap(&self.ctx.stream, view).await {
+            Some(gap) => catch_up.observe(gap),
+            None => false,
+        };
+        if progressed {
+            tracing::debug!(why, "still settling, but the new peers are catching up");
+        }
+        Err(Failure { error: why, progressed })
+    }
 }
 
 /// Whether the stream had settled before this operation (an operation stacked on one
-/// still settling is the interesting case).
-pub fn note_settling(info: &StreamInfoView, op: OpKind) {
+/// still settling is the interesting case), and whether the durable consumer was behind.
+pub fn note_settling(ctx: &Ctx, info: &StreamInfoView, op: OpKind) {
     let unsettled = settled(info, info.config.num_replicas).err();
     sdk::check(Property::OperationWhileAnotherSettling, unsettled.is_some(), &json!({ "op": op.id(), "unsettled": unsettled }));
+    if ctx.cfg.durable.enabled {
+        let lag = Stats::get(&ctx.stats.last_acked_seq).saturating_sub(Stats::get(&ctx.stats.durable_received));
+        sdk::check(Property::DurableOperatedWhileBehind, lag > 0, &json!({ "op": op.id(), "lag": lag }));
+    }
 }

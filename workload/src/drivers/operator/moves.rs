@@ -49,7 +49,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, can
         return Some(());
     }
     let to = options[rng.gen_range(0..options.len())].clone();
-    note_settling(&info.view, OpKind::Move);
+    note_settling(ctx, &info.view, OpKind::Move);
     let sick = unhealthy(&http_client(), &ctx.cluster.monitor_urls).await;
     let request = || {
         let mut config = info.raw["config"].clone();

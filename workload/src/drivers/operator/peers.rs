@@ -1,6 +1,7 @@
 //! Peer removal and evacuation: one of the stream's servers dropped, the server picking a
 //! replacement that its placement allows (`PEER.REMOVE` drops first, `PEER.EVACUATE`, new
-//! in 2.15, adds the replacement first).
+//! in 2.15, adds the replacement first; `SERVER.EVACUATE`, 2.15, system account, moves
+//! everything off that server).
 
 use super::{note_settling, send, wait_settled};
 use crate::cluster::{http_client, unhealthy};
@@ -12,8 +13,9 @@ use properties::operations::{peer_gone, peers, servers_with, OpKind};
 use properties::Property;
 use serde_json::json;
 
-/// One removal or evacuation (`op`). `None` when stopped.
-pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, op: OpKind, wait: bool) -> Option<()> {
+/// One removal or evacuation (`op`); a server evacuation goes through `system`. `None`
+/// when stopped.
+pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::Client, rng: &mut Chooser, op: OpKind, wait: bool) -> Option<()> {
     let timeout = ctx.api_timeout();
     let Ok(info) = jsapi::stream_info(client, &ctx.stream, timeout).await else {
         ctx.ops.count(op, |c| c.not_applicable += 1);
@@ -32,14 +34,15 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, op:
         return Some(());
     }
     let peer = rng.pick("peer to remove", &holders.iter().map(String::as_str).collect::<Vec<_>>()).to_string();
-    note_settling(&info.view, op);
+    note_settling(ctx, &info.view, op);
     let sick = unhealthy(&http_client(), &ctx.cluster.monitor_urls).await;
-    let api = match op {
-        OpKind::PeerEvacuate => "STREAM.PEER.EVACUATE",
-        _ => "STREAM.PEER.REMOVE",
+    let (api, via) = match op {
+        OpKind::PeerEvacuate => (format!("STREAM.PEER.EVACUATE.{}", ctx.stream), client),
+        OpKind::ServerEvacuate => ("SERVER.EVACUATE".to_string(), system),
+        _ => (format!("STREAM.PEER.REMOVE.{}", ctx.stream), client),
     };
-    let (api, body) = (format!("{api}.{}", ctx.stream), json!({ "peer": peer }));
-    let request = || jsapi::request(client, &api, &body, timeout);
+    let body = json!({ "peer": peer });
+    let request = || jsapi::request(via, &api, &body, timeout);
     if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, request).await? {
         return Some(());
     }

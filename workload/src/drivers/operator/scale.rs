@@ -6,14 +6,15 @@
 //! green), timing it. The monitor looks at the stream every two seconds: it must exist and
 //! hold at least every acknowledged message, each judged only when confirmed over time.
 
-use crate::cluster::{all_healthy, http_client, unhealthy};
+use crate::cluster::{http_client, unhealthy};
 use crate::jsapi::{self, ApiError};
 use crate::sdk;
 use crate::state::{Ctx, Stats};
 use properties::scale::settled;
 use properties::Property;
 use crate::random::Chooser;
-use super::note_settling;
+use super::{note_settling, Settling};
+use crate::retry::Failure;
 use properties::operations::{servers_with, OpKind};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
@@ -55,7 +56,7 @@ impl Scaler {
             ctx.ops.count(OpKind::Scale, |c| c.not_applicable += 1);
             return Some(());
         }
-        note_settling(&info.view, OpKind::Scale);
+        note_settling(ctx, &info.view, OpKind::Scale);
         let mut target = if self.flip {
             // R1 <-> R(max): the switches where the known bugs live.
             let now = Stats::get(&ctx.stats.replicas) as usize;
@@ -63,6 +64,9 @@ impl Scaler {
         } else {
             rng.pick("replica count", &choices)
         };
+        if target < info.view.config.num_replicas {
+            super::consumer::note_stream_scale_down(ctx, client, &info.view).await;
+        }
         let from = scale(ctx, client, target, timeout).await?;
         note_transition(ctx, from, target).await;
         if choices.len() > 1 && rng.chance("second request back to back", self.back_to_back) {
@@ -114,21 +118,20 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
 /// Waits until the stream has settled at `replicas` and every node is healthy.
 pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usize) -> bool {
     let started = Instant::now();
-    let http = http_client();
+    let settling = Settling::new(ctx);
     let check = || async {
-        let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
+        let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await.map_err(Failure::stalled)?;
         if info.view.config.num_replicas != replicas {
             // An earlier request that timed out for us can reach the meta leader after a
             // later one and undo it: the operator owns the count, so it asks again.
             let config = info.raw["config"].clone();
-            jsapi::set_replicas(client, &ctx.stream, config, replicas, ctx.api_timeout()).await.map_err(|e| e.to_string())?;
+            jsapi::set_replicas(client, &ctx.stream, config, replicas, ctx.api_timeout()).await.map_err(Failure::stalled)?;
             Stats::add(&ctx.stats.scale_reissued, 1);
-            return Err(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas));
+            return Err(Failure::stalled(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas)));
         }
-        settled(&info.view, replicas)?;
-        all_healthy(&http, &ctx.cluster.monitor_urls).await
+        settling.judge(&info.view, settled(&info.view, replicas)).await
     };
-    if ctx.live.retry("scale settle", Property::ScaleEventuallySettles, &ctx.cancel, check).await.is_none() {
+    if ctx.live.retry_progressing("scale settle", Property::ScaleEventuallySettles, &ctx.cancel, check).await.is_none() {
         return false;
     }
     let ms = started.elapsed().as_millis() as u64;

@@ -14,7 +14,7 @@ pub async fn stream(ctx: &Ctx, client: &async_nats::Client, wait: bool) -> Optio
     let timeout = ctx.api_timeout();
     let before = match jsapi::stream_info(client, &ctx.stream, timeout).await {
         Ok(info) if info.view.config.num_replicas > 1 => {
-            note_settling(&info.view, OpKind::StreamStepdown);
+            note_settling(ctx, &info.view, OpKind::StreamStepdown);
             peers(&info.view)
         }
         // An R1 stream has nobody to hand over to.

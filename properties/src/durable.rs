@@ -1,0 +1,376 @@
+//! The durable consumer's checker: a durable, explicitly acknowledged pull consumer on the
+//! run's stream, whose every ack is confirmed by the server (a double ack).
+//!
+//! Deliveries may come in any order (a message left unacknowledged comes again after the
+//! ack wait, a new consumer leader may deliver again what the old one sent), so the ledger
+//! keeps sets of sequences, not a position: those received at least once and those whose
+//! ack the server confirmed. Both are kept as ranges, so memory grows with the number of
+//! holes (bounded by the consumer's unacknowledged messages), not with the messages.
+//!
+//! The rules:
+//! - content: every delivery is exactly the message published for its sequence;
+//! - a confirmed ack is never undone: the consumer's ack floor, as the server reports it,
+//!   never falls below a sequence all of whose predecessors had their acks confirmed, and a
+//!   message whose ack was confirmed is not delivered again ([`Redeliveries`] tells a race
+//!   from an undo);
+//! - nothing is skipped: the ack floor never passes a sequence that was never delivered
+//!   while the stream still holds it (a message gone from the stream is data loss, judged
+//!   by the loss checks, not a skip).
+
+use crate::payload::RunMessages;
+use crate::read::{ContentCheck, ContentProblem};
+use crate::{Property, Violation};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Deliveries of messages whose ack the server had confirmed. One such delivery can be a
+/// race, not an undo: the ack-wait timer fired (a redelivery was decided) just as the ack
+/// was being processed, e.g. when a paused leader resumes, and the redelivery goes out after
+/// the ack's confirmation. The workload then leaves the message unacknowledged: if the
+/// server really lost the ack, the message is still pending and comes yet again after
+/// another ack wait, which is the undo; if not, it never comes again.
+#[derive(Clone, Debug, Default)]
+pub struct Redeliveries {
+    /// Suspects: sequence and when it was first delivered again.
+    suspects: Vec<(u64, Duration)>,
+}
+
+/// What a delivery of a confirmed-acked message means.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Redelivery {
+    /// The first such delivery: leave it unacknowledged and watch for another.
+    Suspect,
+    /// Delivered again although left alone since the first: the ack was undone.
+    Undone(Violation),
+    /// Too many suspects at once to watch: ack it and judge nothing.
+    Unwatched,
+}
+
+/// Suspects watched at once (each costs 16 bytes).
+const WATCHED: usize = 4096;
+
+impl Redeliveries {
+    pub fn on_delivery(&mut self, seq: u64, delivered: u64, confirmed_floor: u64, now: Duration) -> Redelivery {
+        if let Some(i) = self.suspects.iter().position(|(s, _)| *s == seq) {
+            let (_, first) = self.suspects.swap_remove(i);
+            return Redelivery::Undone(Violation::new(
+                Property::DurableAckNeverUndone,
+                json!({ "seq": seq, "delivered": delivered, "confirmed_floor": confirmed_floor,
+                        "first_delivered_again_s_ago": now.saturating_sub(first).as_secs_f64(),
+                        "problem": "a message whose ack the server had confirmed was delivered again, and again after it was left alone" }),
+            ));
+        }
+        if self.suspects.len() >= WATCHED {
+            return Redelivery::Unwatched;
+        }
+        self.suspects.push((seq, now));
+        Redelivery::Suspect
+    }
+
+    /// Forgets suspects not delivered again within `hold`: races. Returns how many.
+    pub fn expire(&mut self, now: Duration, hold: Duration) -> Vec<u64> {
+        let (gone, kept): (Vec<_>, Vec<_>) = self.suspects.iter().partition(|(_, t)| now.saturating_sub(*t) > hold);
+        self.suspects = kept;
+        gone.into_iter().map(|(s, _)| s).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.suspects.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.suspects.clear();
+    }
+}
+
+/// A set of sequences as disjoint, non-adjacent closed ranges `start ..= end`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    pub fn insert(&mut self, seq: u64) {
+        self.insert_range(seq, seq);
+    }
+
+    /// Adds `from ..= to` (nothing when `from > to`).
+    pub fn insert_range(&mut self, from: u64, to: u64) {
+        if from > to {
+            return;
+        }
+        let (mut start, mut end) = (from, to);
+        // Every range touching or adjacent to `from ..= to` merges into it.
+        let touching: Vec<(u64, u64)> = self.0.range(..=to.saturating_add(1)).rev().take_while(|(_, &e)| e.saturating_add(1) >= from).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in touching {
+            self.0.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.0.insert(start, end);
+    }
+
+    pub fn contains(&self, seq: u64) -> bool {
+        self.0.range(..=seq).next_back().is_some_and(|(_, &e)| seq <= e)
+    }
+
+    /// The highest `n` such that every sequence `1 ..= n` is in the set (0: 1 is not).
+    pub fn floor(&self) -> u64 {
+        match self.0.first_key_value() {
+            Some((&1, &e)) => e,
+            _ => 0,
+        }
+    }
+
+    /// The lowest sequence in `1 ..= limit` that is not in the set.
+    pub fn first_missing(&self, limit: u64) -> Option<u64> {
+        let next = self.floor() + 1;
+        (next <= limit).then_some(next)
+    }
+
+    /// The number of ranges (holes + 1 at most): what the set costs.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+pub struct DurableLedger {
+    content: ContentCheck,
+    received: Ranges,
+    confirmed: Ranges,
+}
+
+impl DurableLedger {
+    pub fn new(messages: RunMessages) -> Self {
+        Self { content: ContentCheck::new(messages), received: Ranges::default(), confirmed: Ranges::default() }
+    }
+
+    /// Forgets everything: the consumer was found gone (and reported) and is made anew.
+    pub fn restart(&mut self) {
+        self.received = Ranges::default();
+        self.confirmed = Ranges::default();
+    }
+
+    /// Every sequence up to this one was delivered at least once.
+    pub fn received_floor(&self) -> u64 {
+        self.received.floor()
+    }
+
+    /// Every sequence up to this one had its ack confirmed.
+    pub fn confirmed_floor(&self) -> u64 {
+        self.confirmed.floor()
+    }
+
+    /// What the two sets cost (ranges held).
+    pub fn ranges(&self) -> usize {
+        self.received.len() + self.confirmed.len()
+    }
+
+    /// Judges one delivery's content and records it as received.
+    pub fn on_delivery(&mut self, seq: u64, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> Vec<Violation> {
+        let mut out = Vec::new();
+        match self.content.check(seq, msg_id, sum, payload) {
+            None => {}
+            Some(ContentProblem::Foreign) => out.push(Violation::new(
+                Property::DurableContentMatchesPublish,
+                json!({ "seq": seq, "msg_id": msg_id, "problem": "message id is not one of this run's" }),
+            )),
+            Some(ContentProblem::Differs(details)) => out.push(Violation::new(Property::DurableContentMatchesPublish, details)),
+        }
+        self.received.insert(seq);
+        out
+    }
+
+    /// Sequences `from ..= to` are not for this consumer (looked up: no longer in the
+    /// stream, or another subject's), so its ack floor may pass them. Whether they were
+    /// acknowledged publishes is the ordered reader's and the monitor's question.
+    pub fn not_for_it(&mut self, from: u64, to: u64) {
+        self.received.insert_range(from, to);
+    }
+
+    /// Whether the server confirmed the ack of `seq`.
+    pub fn is_confirmed(&self, seq: u64) -> bool {
+        self.confirmed.contains(seq)
+    }
+
+    /// The server confirmed the ack of `seq`.
+    pub fn on_ack_confirmed(&mut self, seq: u64) {
+        self.confirmed.insert(seq);
+    }
+
+    /// Judges one look at the consumer's ack floor (its stream sequence) as the server
+    /// reports it. A single answer can be stale (a deposed leader); the caller confirms a
+    /// bad one over time before reporting it.
+    pub fn judge_ack_floor(&self, floor: u64) -> Option<Violation> {
+        let confirmed = self.confirmed_floor();
+        if floor < confirmed {
+            return Some(Violation::new(
+                Property::DurableAckNeverUndone,
+                json!({ "ack_floor": floor, "confirmed_floor": confirmed,
+                        "problem": "the consumer's ack floor is below sequences whose acks the server confirmed" }),
+            ));
+        }
+        let missing = self.received.first_missing(floor)?;
+        Some(Violation::new(
+            Property::DurableNothingSkipped,
+            json!({ "ack_floor": floor, "never_delivered": missing, "received_floor": self.received_floor(),
+                    "problem": "the consumer's ack floor passed a sequence never delivered to it" }),
+        ))
+    }
+}
+
+/// One node's view of its own replica of the durable consumer (its `/jsz` consumer
+/// detail: a follower reports the state it stored, not the leader's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ConsumerReplica {
+    pub node: String,
+    pub delivered: u64,
+    pub ack_floor: u64,
+}
+
+/// Once nothing reads or acks, every replica must hold the leader's delivered sequence
+/// and ack floor: `Ok`, or the replicas that differ.
+pub fn replicas_at_rest(leader: &ConsumerReplica, followers: &[ConsumerReplica]) -> Result<(), Vec<ConsumerReplica>> {
+    let differ: Vec<ConsumerReplica> = followers.iter().filter(|r| (r.delivered, r.ack_floor) != (leader.delivered, leader.ack_floor)).cloned().collect();
+    if differ.is_empty() { Ok(()) } else { Err(differ) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::checksum;
+    use proptest::prelude::*;
+
+    fn run() -> RunMessages {
+        RunMessages::new("run", 7, 16)
+    }
+
+    fn deliver(l: &mut DurableLedger, m: &RunMessages, seq: u64) -> Vec<Property> {
+        let p = m.payload(seq);
+        l.on_delivery(seq, Some(&m.msg_id(seq)), Some(&checksum(&p)), &p).into_iter().map(|v| v.property).collect()
+    }
+
+    #[test]
+    fn ranges_merge_and_report_the_floor() {
+        let mut r = Ranges::default();
+        assert_eq!(r.floor(), 0);
+        for s in [2, 4, 3] {
+            r.insert(s);
+        }
+        assert_eq!((r.floor(), r.len()), (0, 1));
+        assert_eq!(r.first_missing(10), Some(1));
+        r.insert(1);
+        assert_eq!((r.floor(), r.len()), (4, 1));
+        r.insert(6);
+        assert!(r.contains(6) && !r.contains(5) && r.contains(1));
+        assert_eq!(r.first_missing(4), None);
+        assert_eq!(r.first_missing(6), Some(5));
+        r.insert_range(10, 20);
+        r.insert_range(8, 8);
+        assert_eq!(r.len(), 4);
+        r.insert_range(5, 9);
+        assert_eq!((r.floor(), r.len()), (20, 1));
+        r.insert_range(3, 2);
+        assert_eq!(r.len(), 1, "an empty range adds nothing");
+    }
+
+    #[test]
+    fn out_of_order_deliveries_and_redeliveries_are_fine() {
+        let m = run();
+        let mut l = DurableLedger::new(m.clone());
+        for seq in [1, 2, 4, 5, 3, 4] {
+            assert!(deliver(&mut l, &m, seq).is_empty());
+        }
+        assert_eq!(l.received_floor(), 5);
+        l.on_ack_confirmed(1);
+        l.on_ack_confirmed(2);
+        l.on_ack_confirmed(5);
+        assert_eq!(l.confirmed_floor(), 2);
+        assert_eq!(l.judge_ack_floor(2), None);
+        assert_eq!(l.judge_ack_floor(5), None, "a higher floor: acks confirmed but their replies lost");
+        assert_eq!(deliver(&mut l, &m, 3), Vec::<Property>::new(), "unconfirmed, so it may come again");
+    }
+
+    #[test]
+    fn each_defect_maps_to_its_property() {
+        let m = run();
+        let mut l = DurableLedger::new(m.clone());
+        for seq in 1..=3 {
+            deliver(&mut l, &m, seq);
+            l.on_ack_confirmed(seq);
+        }
+        assert!(deliver(&mut l, &m, 2).is_empty() && l.is_confirmed(2), "delivered again: judged by Redeliveries");
+        assert_eq!(l.judge_ack_floor(1).unwrap().property, Property::DurableAckNeverUndone);
+        assert_eq!(l.judge_ack_floor(5).unwrap().property, Property::DurableNothingSkipped);
+        assert_eq!(l.judge_ack_floor(5).unwrap().details["never_delivered"], 4);
+        let mut bad = m.payload(4);
+        bad[0] ^= 1;
+        let v = l.on_delivery(4, Some(&m.msg_id(4)), Some(&checksum(&bad)), &bad);
+        assert_eq!(v[0].property, Property::DurableContentMatchesPublish);
+        assert_eq!(l.on_delivery(5, Some("other-5"), None, b"x")[0].property, Property::DurableContentMatchesPublish);
+        l.restart();
+        assert!(deliver(&mut l, &m, 1).is_empty(), "a new consumer starts a new ledger");
+    }
+
+    #[test]
+    fn a_confirmed_ack_delivered_twice_more_is_undone_once_is_a_race() {
+        let s = Duration::from_secs;
+        let mut r = Redeliveries::default();
+        assert_eq!(r.on_delivery(7, 2, 10, s(1)), Redelivery::Suspect);
+        assert_eq!(r.on_delivery(8, 2, 10, s(1)), Redelivery::Suspect);
+        let Redelivery::Undone(v) = r.on_delivery(7, 3, 10, s(7)) else { panic!() };
+        assert_eq!((v.property, v.details["first_delivered_again_s_ago"].as_f64()), (Property::DurableAckNeverUndone, Some(6.0)));
+        assert_eq!(r.expire(s(10), s(15)), Vec::<u64>::new());
+        assert_eq!(r.expire(s(17), s(15)), vec![8], "never came again: a race");
+        assert!(r.is_empty());
+    }
+
+    proptest! {
+        /// Ranges hold exactly the inserted sequences, whatever the order and overlaps.
+        #[test]
+        fn ranges_match_a_plain_set(ops in proptest::collection::vec((1u64..100, 0u64..5), 0..60)) {
+            let mut r = Ranges::default();
+            let mut plain = std::collections::BTreeSet::new();
+            for (from, len) in ops {
+                r.insert_range(from, from + len);
+                plain.extend(from..=from + len);
+            }
+            for seq in 0..110 {
+                prop_assert_eq!(r.contains(seq), plain.contains(&seq), "seq {}", seq);
+            }
+            let runs = plain.iter().zip(plain.iter().skip(1)).filter(|(a, b)| **b != **a + 1).count() + usize::from(!plain.is_empty());
+            prop_assert_eq!(r.len(), runs, "ranges are disjoint and never adjacent");
+        }
+
+        /// Any delivery order of any set, acked in any order: the floors are the contiguous
+        /// prefixes, and the ranges never outnumber the holes.
+        #[test]
+        fn floors_are_contiguous_prefixes(seqs in proptest::collection::vec(1u64..200, 0..300)) {
+            let m = run();
+            let mut l = DurableLedger::new(m.clone());
+            let mut seen = std::collections::BTreeSet::new();
+            for s in &seqs {
+                prop_assert!(deliver(&mut l, &m, *s).is_empty());
+                seen.insert(*s);
+            }
+            let floor = (1..).take_while(|s| seen.contains(s)).count() as u64;
+            prop_assert_eq!(l.received_floor(), floor);
+            prop_assert_eq!(l.judge_ack_floor(0), None);
+            let holes = (1..=seen.last().copied().unwrap_or(0)).filter(|s| !seen.contains(s)).count();
+            prop_assert!(l.received.len() <= holes + 1);
+        }
+    }
+
+    #[test]
+    fn replicas_at_rest_hold_the_leaders_delivered_sequence_and_ack_floor() {
+        let r = |node: &str, delivered, ack_floor| ConsumerReplica { node: node.into(), delivered, ack_floor };
+        let leader = r("n1", 5000, 4990);
+        assert_eq!(replicas_at_rest(&leader, &[r("n2", 5000, 4990), r("n3", 5000, 4990)]), Ok(()));
+        assert_eq!(replicas_at_rest(&leader, &[r("n2", 5000, 4990), r("n3", 5000, 4000)]), Err(vec![r("n3", 5000, 4000)]));
+        assert!(replicas_at_rest(&leader, &[r("n2", 5001, 4990)]).is_err(), "ahead of the leader differs too");
+        assert_eq!(replicas_at_rest(&leader, &[]), Ok(()), "a single replica agrees with itself");
+    }
+}

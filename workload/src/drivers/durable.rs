@@ -1,0 +1,500 @@
+//! The durable consumer, read beside the ordered reader: a durable pull consumer on the
+//! run's stream with explicit acks, each confirmed by the server (a double ack), a short ack
+//! wait and a replica count drawn per run (R1, or the stream's, which then scales with it).
+//!
+//! Every delivery is checked against what was published ([`DurableLedger`]); a few are left
+//! unacknowledged on purpose so redelivery runs. A message delivered again after its ack was
+//! confirmed is left alone: only if it then comes yet again was the ack undone
+//! ([`Redeliveries`]). Every couple of seconds the consumer's own
+//! account of its ack floor is judged against the confirmed acks and the deliveries; a bad
+//! answer counts only once it outlives a quiet period, since a deposed leader can answer
+//! from an old view. The ledger is handed to the final verification when the run stops.
+
+use crate::drivers::catch_up::{CatchUp, Tick};
+use crate::drivers::reader::Until;
+use crate::faults::quiet::Why;
+use crate::jsapi::{self, ApiError};
+use crate::random::Chooser;
+use crate::sdk;
+use crate::state::{Ctx, Stats, Suspect};
+use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy};
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use properties::confirm::{Confirm, Confirmation};
+use properties::durable::{ConsumerReplica, DurableLedger, Redeliveries, Redelivery};
+use properties::payload::{CHECKSUM_HEADER, MSG_ID_HEADER};
+use properties::{Outcome, Property, Violation};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The consumer's name on the run's stream.
+pub const NAME: &str = "durable";
+/// How often the consumer's ack floor is looked at.
+const POLL: Duration = Duration::from_secs(2);
+/// The server error code for a consumer that does not exist.
+const CONSUMER_NOT_FOUND: u64 = 10014;
+
+pub async fn run(ctx: Arc<Ctx>, mut choose: Chooser) -> anyhow::Result<()> {
+    let client = ctx.connect("durable").await?;
+    let replicas = choose.pick("durable consumer replicas", &ctx.cfg.durable.replicas);
+    let mut ledger = DurableLedger::new(ctx.run.clone());
+    let mut judge = FloorJudge::new(&ctx);
+    let result = drive(&ctx, &client, &mut choose, replicas, &mut ledger, &mut judge).await;
+    *ctx.durable.lock().unwrap_or_else(|p| p.into_inner()) = Some(ledger);
+    result
+}
+
+fn config(ctx: &Ctx, replicas: usize) -> pull::Config {
+    pull::Config {
+        durable_name: Some(NAME.into()),
+        ack_policy: AckPolicy::Explicit,
+        ack_wait: ctx.cfg.durable.ack_wait,
+        // Never reached: a message past it would leave pending without an ack.
+        max_deliver: 1_000_000,
+        filter_subject: ctx.subject.clone(),
+        num_replicas: replicas,
+        max_ack_pending: 10_000,
+        ..Default::default()
+    }
+}
+
+async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, replicas: usize, ledger: &mut DurableLedger, judge: &mut FloorJudge) -> anyhow::Result<()> {
+    let js = jetstream::ContextBuilder::new().timeout(ctx.api_timeout()).build(client.clone());
+    let create = || async { js.get_stream_no_info(&ctx.stream).await?.create_consumer(config(ctx, replicas)).await.map_err(anyhow::Error::from) };
+    if ctx.live.retry("create the durable consumer", Property::DurableEventuallyCatchesUp, &ctx.cancel, create).await.is_none() {
+        return Ok(());
+    }
+    tracing::info!(replicas, "durable consumer created");
+    let cap = ctx.cfg.durable.acks_in_flight;
+    let mut acks = FuturesUnordered::new();
+    let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, None);
+    let mut poll = tokio::time::interval(POLL);
+    let mut leader: Option<String> = None;
+    // Sequences left unacknowledged on purpose, until they come again.
+    let mut skipped: Vec<u64> = Vec::new();
+    let mut redeliveries = Redeliveries::default();
+
+    'consumer: while !ctx.cancel.is_cancelled() {
+        let open = || async {
+            let stream = js.get_stream_no_info(&ctx.stream).await?;
+            let consumer: jetstream::consumer::PullConsumer = stream.get_consumer(NAME).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            consumer.stream().max_messages_per_batch(256).heartbeat(Duration::from_secs(5)).expires(Duration::from_secs(30)).messages().await.map_err(anyhow::Error::from)
+        };
+        let mut window = ctx.live.open("pull from the durable consumer", Property::DurableEventuallyCatchesUp);
+        let mut messages = loop {
+            let error = match open().await {
+                Ok(messages) => break messages,
+                Err(e) => e.to_string(),
+            };
+            if let Look::Gone = judge.look(ctx, client, ledger).await {
+                redeliveries.clear();
+                anew(ctx, ledger, &mut skipped, &create).await;
+            }
+            if !window.failed(&error, &ctx.cancel).await {
+                window = ctx.live.open("pull from the durable consumer", Property::DurableEventuallyCatchesUp);
+            }
+            if ctx.cancel.is_cancelled() {
+                break 'consumer;
+            }
+        };
+        loop {
+            tokio::select! {
+                _ = ctx.cancel.cancelled() => break 'consumer,
+                Some((seq, confirmed)) = acks.next(), if !acks.is_empty() => {
+                    if confirmed {
+                        ledger.on_ack_confirmed(seq);
+                        Stats::add(&ctx.stats.durable_acks_confirmed, 1);
+                    } else {
+                        Stats::add(&ctx.stats.durable_acks_unconfirmed, 1);
+                    }
+                }
+                _ = poll.tick() => {
+                    match judge.look(ctx, client, ledger).await {
+                        Look::Seen { leader: now } => {
+                            if leader != now {
+                                tracing::info!(from = ?leader, to = ?now, acks_in_flight = acks.len(), received = ledger.received_floor(), confirmed = ledger.confirmed_floor(), "durable consumer leader changed");
+                            }
+                            if leader.as_ref().is_some_and(|l| Some(l) != now.as_ref()) {
+                                sdk::check(Property::DurableLeaderChangedWithAcksInFlight, !acks.is_empty(), &json!({ "from": leader, "to": now, "acks_in_flight": acks.len() }));
+                            }
+                            leader = now;
+                        }
+                        Look::Gone => {
+                            redeliveries.clear();
+                anew(ctx, ledger, &mut skipped, &create).await;
+                            continue 'consumer;
+                        }
+                        Look::Unanswered => {}
+                    }
+                    let races = redeliveries.expire(ctx.live.now(), 3 * ctx.cfg.durable.ack_wait);
+                    Stats::add(&ctx.stats.durable_redelivery_races, races.len() as u64);
+                    ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
+                    match catch_up.tick(ctx, Until::Cancelled, ledger.received_floor()) {
+                        Tick::Go => {}
+                        Tick::Stalled { .. } | Tick::Expired => continue 'consumer,
+                    }
+                }
+                next = messages.next(), if acks.len() < cap => {
+                    let msg = match next {
+                        Some(Ok(msg)) => msg,
+                        Some(Err(e)) => {
+                            tracing::debug!("durable consumer's pull ended: {e}");
+                            continue 'consumer;
+                        }
+                        None => continue 'consumer,
+                    };
+                    let Ok(info) = msg.info() else {
+                        sdk::violation(&Violation::new(Property::DurableContentMatchesPublish, json!({
+                            "problem": "delivered message has no JetStream metadata", "subject": msg.subject.as_str() })));
+                        continue;
+                    };
+                    let (seq, delivered) = (info.stream_sequence, info.delivered.max(0) as u64);
+                    let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_string());
+                    let violations = ledger.on_delivery(seq, header(MSG_ID_HEADER).as_deref(), header(CHECKSUM_HEADER).as_deref(), &msg.payload);
+                    if violations.is_empty() {
+                        sdk::hold(Property::DurableContentMatchesPublish);
+                    }
+                    violations.iter().for_each(|v| judge.report_undone(ctx, v));
+                    Stats::add(&ctx.stats.durable_delivered, 1);
+                    if delivered > 1 {
+                        Stats::add(&ctx.stats.durable_redelivered, 1);
+                    }
+                    if ledger.is_confirmed(seq) {
+                        match redeliveries.on_delivery(seq, delivered, ledger.confirmed_floor(), ctx.live.now()) {
+                            // Left alone: if the ack was really lost, it comes yet again.
+                            Redelivery::Suspect => {
+                                Stats::add(&ctx.stats.durable_confirmed_redelivered, 1);
+                                continue;
+                            }
+                            Redelivery::Undone(v) => judge.report_undone(ctx, &v),
+                            Redelivery::Unwatched => {}
+                        }
+                    } else if let Some(i) = skipped.iter().position(|s| *s == seq) {
+                        sdk::check(Property::DurableRedeliveredAfterUnacked, delivered > 1, &json!({ "seq": seq, "delivered": delivered }));
+                        skipped.swap_remove(i);
+                    } else if skipped.len() < 64 && choose.chance("leave a delivery unacknowledged", ctx.cfg.durable.skip_ack_probability) {
+                        skipped.push(seq);
+                        Stats::add(&ctx.stats.durable_acks_skipped, 1);
+                        continue;
+                    }
+                    let Some(reply) = msg.reply.clone() else { continue };
+                    let (client, timeout) = (client.clone(), ctx.api_timeout());
+                    acks.push(async move {
+                        // A confirmation is the server's empty reply; a no-responders status
+                        // (which the client's own double ack takes for one) is not.
+                        let answer = tokio::time::timeout(timeout, client.request(reply, "+ACK".into())).await;
+                        (seq, matches!(answer, Ok(Ok(m)) if m.status.is_none()))
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The consumer was confirmed gone (and reported, when any ack had been confirmed): it is
+/// made anew, with a new ledger, so reading goes on.
+async fn anew<F: std::future::Future<Output = anyhow::Result<jetstream::consumer::Consumer<pull::Config>>>>(
+    ctx: &Ctx,
+    ledger: &mut DurableLedger,
+    skipped: &mut Vec<u64>,
+    create: &impl Fn() -> F,
+) {
+    ledger.restart();
+    skipped.clear();
+    Stats::add(&ctx.stats.durable_recreated, 1);
+    let _ = ctx.live.retry("recreate the durable consumer", Property::DurableEventuallyCatchesUp, &ctx.cancel, create).await;
+}
+
+/// What one look at the consumer found.
+enum Look {
+    Seen { leader: Option<String> },
+    /// Confirmed gone (and reported if it had confirmed acks).
+    Gone,
+    Unanswered,
+}
+
+/// Judges the consumer's ack floor, as its leader reports it, against the ledger, and its
+/// existence; bad answers count once confirmed over a quiet period.
+pub struct FloorJudge {
+    floor: Confirm,
+    gone: Confirm,
+    /// When looks last found the consumer on a single server.
+    single_seen: Option<Duration>,
+    /// Looks in a row that found it on a single server.
+    single_looks: u32,
+    /// The consumer's leader and peers at the last look, for a failure's details.
+    last_look: Value,
+}
+
+impl FloorJudge {
+    pub fn new(ctx: &Ctx) -> Self {
+        Self { floor: Confirm::new(ctx.cfg.liveness.quiet, 3), gone: Confirm::new(ctx.cfg.liveness.quiet, 3), single_seen: None, single_looks: 0, last_look: Value::Null }
+    }
+
+    /// Reports an undone ack, unless the consumer had a single replica within the last
+    /// liveness window: its server keeps acks in memory and writes them out now and then
+    /// (2.15.1 lost 165-258 of 1000 confirmed acks to a kill -9), and nothing else holds them,
+    /// so a crash of that server undoes them by design. Those are counted, not failed.
+    fn report_undone(&self, ctx: &Ctx, v: &Violation) {
+        let recent = self.single_seen.is_some_and(|t| ctx.live.now().saturating_sub(t) <= ctx.cfg.liveness.window);
+        if v.property == Property::DurableAckNeverUndone && recent {
+            let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n < 3 {
+                tracing::warn!(details = %v.details, "an ack confirmed by an unreplicated durable consumer was undone (not a violation: see README)");
+            }
+            return;
+        }
+        let mut v = v.clone();
+        v.details["consumer_at_last_look"] = self.last_look.clone();
+        sdk::violation(&v);
+    }
+
+    async fn look(&mut self, ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger) -> Look {
+        let info = jsapi::request(client, &format!("CONSUMER.INFO.{}.{NAME}", ctx.stream), &Value::Null, ctx.api_timeout()).await;
+        let info = match info {
+            Ok(info) => info,
+            Err(e @ ApiError::Server { .. }) if e.err_code() == Some(CONSUMER_NOT_FOUND) => {
+                return match self.observe_gone(ctx) {
+                    Confirmation::Confirmed { bad_for } => {
+                        if ledger.confirmed_floor() > 0 {
+                            let mut v = self_gone(ledger);
+                            v.details["gone_for_s"] = json!(bad_for.as_secs_f64());
+                            self.report_undone(ctx, &v);
+                        }
+                        self.gone.reset();
+                        Look::Gone
+                    }
+                    _ => Look::Unanswered,
+                };
+            }
+            Err(_) => return Look::Unanswered,
+        };
+        self.gone.reset();
+        let leader = info.pointer("/cluster/leader").and_then(Value::as_str).map(str::to_string);
+        // One answer without followers may come from a server whose part of a new
+        // replicated group has not started yet; two in a row (2 s apart) do not.
+        let one = one_server(&info);
+        ctx.view.saw_durable(if one == OneServer::No { None } else { leader.clone() });
+        self.single_looks = if one == OneServer::No { 0 } else { self.single_looks + 1 };
+        if one == OneServer::Configured || self.single_looks >= 2 {
+            self.single_seen = Some(ctx.live.now());
+        }
+        self.last_look = json!({ "t_s": ctx.live.now().as_secs_f64(), "leader": leader, "cluster": info.get("cluster"),
+                                 "ack_floor": info.get("ack_floor"), "delivered": info.get("delivered"), "num_ack_pending": info.get("num_ack_pending") });
+        if leader.as_deref().is_none_or(str::is_empty) {
+            // Without a leader, the answer is one replica's own stored state (a peer just
+            // added holds none: 2.15.1 answered ack floor 0 for a leaderless R2 group); it
+            // says nothing of what the consumer acknowledged.
+            return Look::Unanswered;
+        }
+        let floor = info.pointer("/ack_floor/stream_seq").and_then(Value::as_u64).unwrap_or(0);
+        account_for_absent(ctx, client, ledger, floor).await;
+        match ledger.judge_ack_floor(floor) {
+            None => {
+                self.floor.reset();
+                ctx.suspicions.close(Suspect::DurableAckFloor);
+                sdk::hold(Property::DurableAckNeverUndone);
+                sdk::hold(Property::DurableNothingSkipped);
+            }
+            Some(mut v) => {
+                v.details["leader"] = json!(leader);
+                match self.floor.observe(ctx.live.now(), true) {
+                    Confirmation::Confirmed { bad_for } => {
+                        v.details["bad_for_s"] = json!(bad_for.as_secs_f64());
+                        self.report_undone(ctx, &v);
+                        if v.property == Property::DurableNothingSkipped {
+                            // Reported once: what it passed is not waited for any more.
+                            ledger.not_for_it(1, floor);
+                        }
+                        self.floor.reset();
+                        ctx.suspicions.close(Suspect::DurableAckFloor);
+                    }
+                    Confirmation::Pending { ask_quiet } => {
+                        ctx.suspicions.open(Suspect::DurableAckFloor, &v.details);
+                        if ask_quiet {
+                            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, "the durable consumer's ack floor disagrees with its confirmed acks");
+                        }
+                    }
+                    Confirmation::Good => {}
+                }
+            }
+        }
+        Look::Seen { leader }
+    }
+
+    /// One "consumer not found" answer, confirmed over time.
+    fn observe_gone(&mut self, ctx: &Ctx) -> Confirmation {
+        let c = self.gone.observe(ctx.live.now(), true);
+        if let Confirmation::Pending { ask_quiet: true } = c {
+            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, "durable consumer not found");
+        }
+        c
+    }
+}
+
+/// Whether a CONSUMER.INFO answer shows the consumer kept by one server only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OneServer {
+    /// Its `num_replicas` is 1 (a stream scaled to R1 sets its consumers' to 1 as well).
+    Configured,
+    /// No followers listed. 2.15.1 runs an R1 consumer without a raft group and answers
+    /// `{name, leader}` only; so does a server whose part of a new replicated group has not
+    /// started yet (seen in CI for a consumer just recreated under an R3 stream).
+    Listed,
+    No,
+}
+
+fn one_server(info: &Value) -> OneServer {
+    let followers = info.pointer("/cluster/replicas").and_then(Value::as_array).map_or(0, Vec::len);
+    match info.pointer("/config/num_replicas").and_then(Value::as_u64) {
+        Some(1) => OneServer::Configured,
+        _ if followers == 0 => OneServer::Listed,
+        _ => OneServer::No,
+    }
+}
+
+/// Sequences below the ack floor never delivered: those the stream no longer holds (below
+/// its first sequence, or looked up and absent) and other subjects' messages are accounted
+/// for, so only a message of the run still stored counts as skipped. A bounded number of
+/// look-ups per look.
+async fn account_for_absent(ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger, floor: u64) {
+    let Some(Violation { property: Property::DurableNothingSkipped, details }) = ledger.judge_ack_floor(floor) else { return };
+    let Some(missing) = details["never_delivered"].as_u64() else { return };
+    if let Ok(info) = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await {
+        let first = info.view.state.first_seq;
+        if missing < first {
+            ledger.not_for_it(missing, (first - 1).min(floor));
+        }
+    }
+    for _ in 0..100 {
+        let Some(Violation { property: Property::DurableNothingSkipped, details }) = ledger.judge_ack_floor(floor) else { return };
+        let Some(missing) = details["never_delivered"].as_u64() else { return };
+        let found = jsapi::request(client, &format!("STREAM.MSG.GET.{}", ctx.stream), &json!({ "seq": missing }), ctx.api_timeout()).await;
+        match found {
+            Err(e) if e.err_code() == Some(jsapi::NO_MESSAGE_FOUND) => {
+                Stats::add(&ctx.stats.durable_absent_passed, 1);
+                ledger.not_for_it(missing, missing);
+            }
+            // Another subject's message: the consumer's filter passes it by, rightly.
+            Ok(m) if m.pointer("/message/subject").and_then(Value::as_str).is_some_and(|s| s != ctx.subject) => {
+                ledger.not_for_it(missing, missing);
+            }
+            _ => return,
+        }
+    }
+}
+
+fn self_gone(ledger: &DurableLedger) -> Violation {
+    Violation::new(Property::DurableAckNeverUndone, json!({ "confirmed_floor": ledger.confirmed_floor(),
+        "problem": "the durable consumer no longer exists, so every ack it had confirmed is undone" }))
+}
+
+/// The final verification's question, with faults paused: does the consumer's ack floor
+/// still agree with every ack it confirmed and every delivery? Looks until an answer holds
+/// (good) or is confirmed bad, for at most a liveness window.
+pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<Outcome> {
+    let mut ledger = ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+    let mut judge = FloorJudge::new(ctx);
+    let failures = |p: Property| sdk::counts(p).failed;
+    let before = failures(Property::DurableAckNeverUndone) + failures(Property::DurableNothingSkipped);
+    let deadline = tokio::time::Instant::now() + ctx.cfg.liveness.window;
+    while tokio::time::Instant::now() < deadline {
+        let look = judge.look(ctx, client, &mut ledger).await;
+        let after = failures(Property::DurableAckNeverUndone) + failures(Property::DurableNothingSkipped);
+        if after > before {
+            return Some(Outcome::Failed);
+        }
+        if matches!(look, Look::Gone) {
+            // Gone before any ack was confirmed: nothing it promised can be judged.
+            return Some(Outcome::Unknown);
+        }
+        if matches!(look, Look::Seen { .. }) && judge.floor.bad_count() == 0 {
+            return Some(replicas_at_rest(ctx, client).await);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    sdk::unknown(Property::DurableAckNeverUndone, &json!({ "observed_by": "final verification: the durable consumer's state could not be read for a whole window" }));
+    Some(Outcome::Unknown)
+}
+
+/// With nothing reading or acking any more: does every replica of the consumer store the
+/// leader's delivered sequence and ack floor? Asked until they agree, for at most a
+/// liveness window; still different then fails `durable-replicas-agree-at-rest`, never
+/// compared (no leader, a replica not current, a node not answering) is unknown.
+async fn replicas_at_rest(ctx: &Ctx, client: &async_nats::Client) -> Outcome {
+    let mut probe = crate::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls);
+    if !probe.enabled() {
+        return Outcome::Held; // the floor held; nothing to compare replicas with
+    }
+    let mut window = ctx.live.open_question("durable consumer replicas agree");
+    let last = loop {
+        let look = compare_replicas(ctx, client, &mut probe).await;
+        if let Ok(states) = &look {
+            if properties::durable::replicas_at_rest(&states[0], &states[1..]).is_ok() {
+                sdk::hold(Property::DurableReplicasAgreeAtRest);
+                return Outcome::Held;
+            }
+        }
+        let why = look.as_ref().err().cloned().unwrap_or_else(|| "replicas differ".into());
+        if ctx.cancel.is_cancelled() || !window.failed(&why, &ctx.cancel).await {
+            break look;
+        }
+    };
+    match last {
+        Ok(states) => {
+            let differ = properties::durable::replicas_at_rest(&states[0], &states[1..]).err();
+            sdk::check(Property::DurableReplicasAgreeAtRest, false, &json!({ "leader": states[0], "differ": differ,
+                "problem": "replicas of the durable consumer still store another delivered sequence or ack floor than its leader after a liveness window at rest" }));
+            Outcome::Failed
+        }
+        Err(why) => {
+            sdk::unknown(Property::DurableReplicasAgreeAtRest, &json!({ "problem": "the durable consumer's replicas could not be compared within a liveness window", "last_look": why }));
+            Outcome::Unknown
+        }
+    }
+}
+
+/// The durable consumer's info: the view settle checks read, and the raw reply.
+pub async fn consumer_info(ctx: &Ctx, client: &async_nats::Client) -> Result<(properties::scale::StreamInfoView, Value), ApiError> {
+    let raw = jsapi::request(client, &format!("CONSUMER.INFO.{}.{NAME}", ctx.stream), &Value::Null, ctx.api_timeout()).await?;
+    let view = serde_json::from_value(raw.clone()).map_err(|e| ApiError::Decode(e.to_string()))?;
+    Ok((view, raw))
+}
+
+/// Each replica's own state, the leader's first; `Err` when they cannot all be read now.
+async fn compare_replicas(ctx: &Ctx, client: &async_nats::Client, probe: &mut crate::replicas::ReplicaProbe) -> Result<Vec<ConsumerReplica>, String> {
+    let (view, _) = consumer_info(ctx, client).await.map_err(|e| e.to_string())?;
+    let cluster = view.cluster.as_ref().ok_or("no cluster information")?;
+    let leader = cluster.leader.clone().filter(|l| !l.is_empty()).ok_or("no leader")?;
+    if let Some(r) = cluster.replicas.iter().find(|r| !r.current || r.offline) {
+        return Err(format!("replica {} not current", r.name));
+    }
+    let mut states = Vec::new();
+    for peer in std::iter::once(&leader).chain(cluster.replicas.iter().map(|r| &r.name)) {
+        match probe.consumer_on(peer, &ctx.stream, NAME).await? {
+            Some(state) => states.push(state),
+            None => return Err(format!("{peer} holds no replica of the consumer although its leader lists it")),
+        }
+    }
+    Ok(states)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{one_server, OneServer};
+    use serde_json::json;
+
+    #[test]
+    fn a_consumer_without_followers_or_configured_r1_is_on_one_server() {
+        // As 2.15.1 answers: an R1 consumer under an R1 stream has no raft group.
+        let r1 = json!({ "config": { "num_replicas": 0 }, "cluster": { "name": "x", "leader": "n3" } });
+        let r3 = json!({ "config": { "num_replicas": 0 }, "cluster": { "name": "x", "raft_group": "C-R3F-5T5H31an", "leader": "n3",
+                        "replicas": [{ "name": "n1", "current": true }, { "name": "n2", "current": false }] } });
+        let configured = json!({ "config": { "num_replicas": 1 }, "cluster": { "name": "x", "leader": "n1" } });
+        assert_eq!(one_server(&r1), OneServer::Listed);
+        assert_eq!(one_server(&r3), OneServer::No);
+        assert_eq!(one_server(&configured), OneServer::Configured);
+    }
+}
