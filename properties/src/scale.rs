@@ -162,15 +162,35 @@ pub const CATCH_UP_STEP: u64 = 1000;
 /// than one liveness window, so each new low of the gap between the furthest and the
 /// slowest replica of the peer set starts the settle window over. A change whose gap stops
 /// shrinking (or that stays pending with no gap) still runs out.
+///
+/// A setback starts the count over as well: the slowest peer now holds less than at the
+/// last look, and either a fault struck in between (a restarted copy that lost ground, as
+/// 2.15.1 does after "catchup failed, too many retries") or a peer joined (a change adding
+/// its peers one at a time). Measured from the old low, such a change could not show
+/// progress again before the window ran out. A peer going backwards with neither is not
+/// excused: a copy the server restarts by itself, fault-free, still runs out.
 #[derive(Clone, Debug, Default)]
 pub struct CatchUp {
     lowest: Option<u64>,
+    /// The peer set and its slowest peer's last sequence at the last look.
+    last: Option<(std::collections::BTreeSet<String>, u64)>,
 }
 
 impl CatchUp {
-    /// Records the gap now (in messages); true when it is a new low by a whole step.
-    pub fn observe(&mut self, gap: u64) -> bool {
+    /// Records one look (each peer with its own last sequence; `struck`: a fault started
+    /// since the last look); true when it counts as progress.
+    pub fn observe(&mut self, peers: &[(String, u64)], struck: bool) -> bool {
+        let seqs: Vec<u64> = peers.iter().map(|(_, s)| *s).collect();
+        let gap = catch_up_gap(&seqs);
+        let slowest = seqs.iter().copied().min().unwrap_or(0);
+        let names: std::collections::BTreeSet<String> = peers.iter().map(|(n, _)| n.clone()).collect();
+        let setback = self.last.as_ref().is_some_and(|(before, slowest_before)| slowest < *slowest_before && (struck || !names.is_subset(before)));
+        self.last = Some((names, slowest));
         match self.lowest {
+            Some(_) if setback => {
+                self.lowest = Some(gap);
+                true
+            }
             Some(low) if gap + CATCH_UP_STEP.max(low / 20) <= low => {
                 self.lowest = Some(gap);
                 true
@@ -253,14 +273,33 @@ mod tests {
     #[test]
     fn catch_up_progress_is_a_new_low_of_the_gap_by_a_whole_step() {
         let mut c = CatchUp::default();
-        assert!(!c.observe(300_000), "the first look sets the mark");
-        assert!(c.observe(250_000), "closed by 50k: progress");
-        assert!(!c.observe(240_000), "10k is under a twentieth of 250k");
-        assert!(!c.observe(400_000), "publishing outran the copy: no progress");
-        assert!(c.observe(200_000));
-        assert!(!c.observe(199_500), "under a whole step");
-        assert!(c.observe(500));
-        assert!(!c.observe(0), "a caught-up peer set jitters by less than a step: a change pending with no gap runs out");
+        let mut look = |leader: u64, new: u64| c.observe(&[("n1".into(), leader), ("n2".into(), leader - new)], false);
+        assert!(!look(300_000, 300_000), "the first look sets the mark");
+        assert!(look(300_000, 250_000), "closed by 50k: progress");
+        assert!(!look(300_000, 240_000), "10k is under a twentieth of 250k");
+        assert!(!look(500_000, 400_000), "publishing outran the copy: no progress");
+        assert!(look(500_000, 200_000));
+        assert!(!look(500_000, 199_500), "under a whole step");
+        assert!(look(500_000, 500));
+        assert!(!look(500_000, 0), "a caught-up peer set jitters by less than a step: a change pending with no gap runs out");
+    }
+
+    #[test]
+    fn a_copy_set_back_by_a_fault_or_a_joining_peer_counts_again_from_there() {
+        let peers = |leader: u64, slow: &str, at: u64| vec![("n5".to_string(), leader), (slow.to_string(), at)];
+        let mut c = CatchUp::default();
+        assert!(!c.observe(&peers(600_000, "n2", 100_000), false));
+        assert!(c.observe(&peers(620_000, "n2", 200_000), false), "closed by 80k");
+        assert!(!c.observe(&peers(640_000, "n2", 98_000), false), "went backwards with no fault: not excused");
+        assert!(!c.observe(&peers(650_000, "n2", 150_000), false), "still above the old low");
+        assert!(c.observe(&peers(660_000, "n2", 90_000), true), "a fault set the copy back: the count starts over");
+        assert!(c.observe(&peers(670_000, "n2", 200_000), false), "a new low measured from the setback");
+        assert!(c.observe(&peers(680_000, "n3", 0), false), "the next peer joined empty");
+        assert!(!c.observe(&peers(690_000, "n3", 1_000), false));
+    }
+
+    #[test]
+    fn the_gap_is_between_the_furthest_and_the_slowest_peer() {
         assert_eq!(catch_up_gap(&[414_072, 177_989]), 236_083);
         assert_eq!(catch_up_gap(&[10, 0, 12]), 12, "a peer holding nothing yet is the slowest");
         assert_eq!(catch_up_gap(&[]), 0);

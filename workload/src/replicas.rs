@@ -64,16 +64,16 @@ impl ReplicaProbe {
         ReplicaLook::Compared { leader, followers: states, agreement }
     }
 
-    /// The gap between the furthest and the slowest replica of the peer set `info` lists
-    /// (leader and replicas, each from its own node); `None` when a peer did not answer.
-    pub async fn catch_up_gap(&mut self, stream: &str, info: &StreamInfoView) -> Option<u64> {
+    /// Each peer `info` lists (leader and replicas) with the last sequence its own node
+    /// holds, for [`properties::scale::CatchUp`]; `None` when a peer did not answer.
+    pub async fn catch_up_look(&mut self, stream: &str, info: &StreamInfoView) -> Option<Vec<(String, u64)>> {
         let cluster = info.cluster.as_ref()?;
         let leader = cluster.leader.as_deref().filter(|l| !l.is_empty());
-        let mut last_seqs = Vec::new();
+        let mut peers = Vec::new();
         for peer in leader.into_iter().chain(cluster.replicas.iter().map(|r| r.name.as_str())) {
-            last_seqs.push(self.state_on(peer, stream).await.ok()?.map_or(0, |s| s.last_seq));
+            peers.push((peer.to_string(), self.state_on(peer, stream).await.ok()?.map_or(0, |s| s.last_seq)));
         }
-        Some(properties::scale::catch_up_gap(&last_seqs))
+        Some(peers)
     }
 
     /// The meta leader, as the first node that answers `/jsz` names it.

@@ -42,7 +42,8 @@ pub fn build(run: Value) -> Value {
             json!({
                 "id": p.id(), "kind": p.kind(), "message": p.message(), "status": status,
                 "held": c.held, "failed": c.failed, "unknown": c.unknown,
-                "first_failure": c.first_failure, "first_unknown": c.first_unknown,
+                "first_failure": c.first_failure,
+                "first_failure_s": c.first_failure_s.map(|s| (s * 10.0).round() / 10.0), "first_unknown": c.first_unknown,
             })
         })
         .collect();
@@ -101,7 +102,7 @@ mod tests {
     use super::*;
 
     fn counts(held: u64, failed: u64, unknown: u64) -> sdk::Counts {
-        sdk::Counts { held, failed, unknown, first_failure: None, first_unknown: None }
+        sdk::Counts { held, failed, unknown, first_failure: None, first_failure_s: None, first_unknown: None }
     }
 
     #[test]

@@ -160,7 +160,7 @@ async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
         let secs = every.as_secs_f64();
         let leader = s.leader.lock().map(|l| l.clone()).unwrap_or_default();
         tracing::info!(
-            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} faults={} quiet={} failed={} rss={}MiB",
+            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} faults={} quiet={} failed={} client_errors={} rss={}MiB",
             started.elapsed().as_secs_f64(),
             acked,
             (acked - acked0) as f64 / secs,
@@ -175,6 +175,7 @@ async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
             ctx.faults.as_ref().map_or(0, |f| f.starts()),
             ctx.live.quiet.count(),
             sdk::failures_so_far(),
+            crate::logs::client_errors(),
             rss.map_or("?".into(), |m| format!("{m:.1}")),
         );
         (acked0, verified0) = (acked, verified);

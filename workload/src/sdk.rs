@@ -16,8 +16,12 @@ pub struct Tally {
     failed: Vec<AtomicU64>,
     unknown: Vec<AtomicU64>,
     first_failure: Mutex<Vec<Option<Value>>>,
+    /// Seconds from `init` to the first failure.
+    first_failure_s: Mutex<Vec<Option<f64>>>,
     first_unknown: Mutex<Vec<Option<Value>>>,
 }
+
+static STARTED: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(std::time::Instant::now);
 
 static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
     let n = Property::ALL.len();
@@ -26,6 +30,7 @@ static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
         failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
         unknown: (0..n).map(|_| AtomicU64::new(0)).collect(),
         first_failure: Mutex::new(vec![None; n]),
+        first_failure_s: Mutex::new(vec![None; n]),
         first_unknown: Mutex::new(vec![None; n]),
     }
 });
@@ -38,6 +43,8 @@ pub struct Counts {
     /// Times the question could not be answered at all (see [`unknown`]).
     pub unknown: u64,
     pub first_failure: Option<Value>,
+    /// Seconds from the SDK's start (the process's first moments) to the first failure.
+    pub first_failure_s: Option<f64>,
     pub first_unknown: Option<Value>,
 }
 
@@ -48,6 +55,7 @@ pub fn counts(p: Property) -> Counts {
         failed: TALLY.failed[p.index()].load(Relaxed),
         unknown: TALLY.unknown[p.index()].load(Relaxed),
         first_failure: first(&TALLY.first_failure),
+        first_failure_s: TALLY.first_failure_s.lock().map(|f| f[p.index()]).unwrap_or(None),
         first_unknown: first(&TALLY.first_unknown),
     }
 }
@@ -134,6 +142,9 @@ fn evaluate(p: Property, e: Eval, details: &Value) {
             if let Ok(mut f) = TALLY.first_failure.lock() {
                 f[p.index()] = Some(details.clone());
             }
+            if let Ok(mut f) = TALLY.first_failure_s.lock() {
+                f[p.index()] = Some(STARTED.elapsed().as_secs_f64());
+            }
         }
         // The first few of each property in full, then a sample, so a flood stays readable.
         if n < 5 || n.is_power_of_two() {
@@ -175,6 +186,7 @@ pub fn init(sdk_jsonl: Option<&std::path::Path>) {
         }
     }
     antithesis_sdk::antithesis_init();
+    std::sync::LazyLock::force(&STARTED);
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         check(Property::WorkloadNeverPanics, true, &serde_json::json!({ "panic": info.to_string() }));

@@ -73,3 +73,38 @@ fn an_unreachable_cluster_ends_the_run_with_exit_3_naming_the_address() {
     assert!(stderr.contains("cannot reach the cluster at nats://127.0.0.1:1"), "{stderr}");
     assert!(stderr.contains("refused"), "the last error is named: {stderr}");
 }
+
+/// `workload matrix` runs one seed against two releases (2.14.6 by its version, found where
+/// scripts/test installed it; the default server by its path) and prints one table.
+#[test]
+fn matrix_runs_each_release_and_prints_one_table() {
+    let old = std::env::var("NATS_SERVER_OLD").expect("NATS_SERVER_OLD: a 2.14 nats-server (scripts/test installs one)");
+    let install_dir = std::path::Path::new(&old).ancestors().nth(3).unwrap().to_path_buf(); // <dir>/.venv-2.14.6/bin/nats-server
+    let current = std::env::var("NATS_SERVER").expect("NATS_SERVER: the default nats-server (scripts/test sets it)");
+    let dir = tempfile::tempdir().unwrap();
+    let out = workload()
+        .args(["matrix", "--versions", &format!("2.14.6,{current}"), "--seed", "5", "--duration", "10s", "--install-dir"])
+        .arg(&install_dir)
+        .arg("--out")
+        .arg(dir.path())
+        .args(["--", "--faults", "false"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("| release | seed | verdict |"), "{stdout}");
+    assert!(stdout.contains("| 2.14.6 | 5 | pass |"), "{stdout}");
+    assert!(stdout.contains(&format!("| {current} | 5 | pass |")), "{stdout}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("matrix.json")).unwrap()).unwrap();
+    let rows = json["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let report = |row: &serde_json::Value| -> serde_json::Value {
+        let path = std::path::Path::new(row["dir"].as_str().unwrap()).join("report.json");
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    for row in rows {
+        assert!(row["acked"].as_u64().unwrap() > 100, "{row}");
+        assert_eq!(report(row)["seed"], 5);
+    }
+    assert_eq!(report(&rows[0])["server_version"], "v2.14.6");
+}

@@ -307,12 +307,13 @@ pub fn count_settled(ctx: &Ctx, op: OpKind, before: &[String], after: &[String],
 pub struct Settling<'a> {
     ctx: &'a Ctx,
     http: reqwest::Client,
-    look: tokio::sync::Mutex<(ReplicaProbe, CatchUp)>,
+    /// The probe, the catch-up count, and the faults started at the last look.
+    look: tokio::sync::Mutex<(ReplicaProbe, CatchUp, usize)>,
 }
 
 impl<'a> Settling<'a> {
     pub fn new(ctx: &'a Ctx) -> Self {
-        let look = tokio::sync::Mutex::new((ReplicaProbe::new(&ctx.cluster.monitor_urls), CatchUp::default()));
+        let look = tokio::sync::Mutex::new((ReplicaProbe::new(&ctx.cluster.monitor_urls), CatchUp::default(), fault_starts(ctx)));
         Settling { ctx, http: http_client(), look }
     }
 
@@ -328,9 +329,14 @@ impl<'a> Settling<'a> {
             Err(why) => why,
         };
         let mut look = self.look.lock().await;
-        let (probe, catch_up) = &mut *look;
-        let progressed = match probe.catch_up_gap(&self.ctx.stream, view).await {
-            Some(gap) => catch_up.observe(gap),
+        let (probe, catch_up, faults_seen) = &mut *look;
+        let faults = fault_starts(self.ctx);
+        let progressed = match probe.catch_up_look(&self.ctx.stream, view).await {
+            Some(peers) => {
+                // Counted between looks that saw every peer: a fault during a failed look counts.
+                let struck = std::mem::replace(faults_seen, faults) != faults;
+                catch_up.observe(&peers, struck)
+            }
             None => false,
         };
         if progressed {
@@ -338,6 +344,12 @@ impl<'a> Settling<'a> {
         }
         Err(Failure { error: why, progressed })
     }
+}
+
+/// Faults the local injector has started so far (0 without one: Antithesis's own faults are
+/// not seen, so no setback is excused there).
+fn fault_starts(ctx: &Ctx) -> usize {
+    ctx.faults.as_ref().map_or(0, |f| f.starts())
 }
 
 /// Whether the stream had settled before this operation (an operation stacked on one
