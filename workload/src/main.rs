@@ -78,6 +78,11 @@ enum Command {
     /// print one table: verdict, failed properties, acks, first failure. Arguments after `--`
     /// go to every run (e.g. `-- --fault-profile aggressive`).
     Matrix(MatrixArgs),
+    /// Write report.md (the page a person reads) again from a run directory's report.json.
+    Report {
+        /// The run directory (--out of the run).
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -213,7 +218,7 @@ impl Command {
         match self {
             Command::Local { common, .. } | Command::Run { common, .. } | Command::Bench { common, .. } => Some(common),
             Command::Composer { step } => Some(&step.args().common),
-            Command::Matrix(_) => None,
+            Command::Matrix(_) | Command::Report { .. } => None,
         }
     }
 
@@ -225,6 +230,7 @@ impl Command {
             Command::Composer { step } => of(&step.args().cluster),
             Command::Bench { .. } => 3,
             Command::Matrix(m) => m.nodes,
+            Command::Report { .. } => 0,
         }
     }
 
@@ -294,8 +300,11 @@ impl Phase {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(common) = cli.command.common() else {
-        let Command::Matrix(m) = &cli.command else { return usage("no arguments for this command") };
-        return run_matrix(m);
+        return match &cli.command {
+            Command::Matrix(m) => run_matrix(m),
+            Command::Report { dir } => write_page(dir),
+            _ => usage("no arguments for this command"),
+        };
     };
     let mut cfg = match Config::load(common.config.as_deref()) {
         Ok(c) => c,
@@ -340,6 +349,21 @@ fn main() -> ExitCode {
             tracing::error!("run could not be carried out: {e:#}");
             ExitCode::from(EXIT_INFRA)
         }
+    }
+}
+
+/// `workload report DIR`: report.md from DIR/report.json.
+fn write_page(dir: &std::path::Path) -> ExitCode {
+    let report = std::fs::read(dir.join("report.json")).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()));
+    match report {
+        Ok(report) => match std::fs::write(dir.join("report.md"), report::markdown(&report)) {
+            Ok(()) => {
+                println!("{}", dir.join("report.md").display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => usage(&format!("cannot write {}: {e}", dir.join("report.md").display())),
+        },
+        Err(e) => usage(&format!("no readable report.json in {}: {e}", dir.display())),
     }
 }
 
@@ -494,7 +518,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             println!("bench: {}", out.join("bench.json").display());
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Matrix(_) => anyhow::bail!("matrix runs no workload of its own"),
+        Command::Matrix(_) | Command::Report { .. } => anyhow::bail!("this command runs no workload of its own"),
     };
     let duration = match (&composer, duration) {
         (_, Some(d)) => d,
@@ -598,6 +622,7 @@ fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Res
     let report = report::build(facts);
     let path = out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    std::fs::write(out.join("report.md"), report::markdown(&report))?;
     report::print(&report);
     println!("report: {}", path.display());
     Ok(report["verdict"].as_str().unwrap_or("fail").to_string())

@@ -75,7 +75,8 @@ fn an_unreachable_cluster_ends_the_run_with_exit_3_naming_the_address() {
 }
 
 /// `workload matrix` runs one seed against two releases (2.14.6 by its version, found where
-/// scripts/test installed it; the default server by its path) and prints one table.
+/// scripts/test installed it; the default server by its path) and prints one table; every
+/// run writes report.md, which `workload report` writes again.
 #[test]
 fn matrix_runs_each_release_and_prints_one_table() {
     let old = std::env::var("NATS_SERVER_OLD").expect("NATS_SERVER_OLD: a 2.14 nats-server (scripts/test installs one)");
@@ -107,4 +108,14 @@ fn matrix_runs_each_release_and_prints_one_table() {
         assert_eq!(report(row)["seed"], 5);
     }
     assert_eq!(report(&rows[0])["server_version"], "v2.14.6");
+
+    // Each run wrote its page; `workload report DIR` writes it again from report.json.
+    let run_dir = std::path::Path::new(rows[1]["dir"].as_str().unwrap());
+    let page = std::fs::read_to_string(run_dir.join("report.md")).unwrap();
+    assert!(page.starts_with("# Run report: PASS"), "{page}");
+    assert!(page.contains("| acked-message-never-lost | always | passed |"), "{page}");
+    std::fs::remove_file(run_dir.join("report.md")).unwrap();
+    let out = workload().arg("report").arg(run_dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(run_dir.join("report.md")).unwrap(), page);
 }
