@@ -44,11 +44,15 @@ pub struct ClusterView {
     changes: watch::Sender<u64>,
     /// Each server's placement tags, by name, as its `/varz` gave them.
     tags: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// Copies of the stream that hold everything its leader holds, each read from its own
+    /// node, with the wipe generation the look began in (see [`ClusterView::wiping`]).
+    copies: Mutex<(u64, usize)>,
+    wipes: std::sync::atomic::AtomicU64,
 }
 
 impl Default for ClusterView {
     fn default() -> Self {
-        Self { snapshot: Mutex::default(), changes: watch::channel(0).0, tags: Mutex::default() }
+        Self { snapshot: Mutex::default(), changes: watch::channel(0).0, tags: Mutex::default(), copies: Mutex::default(), wipes: Default::default() }
     }
 }
 
@@ -121,6 +125,30 @@ impl ClusterView {
     pub fn settled_with_copies(&self, copies: usize) -> bool {
         let Ok(s) = self.snapshot.lock() else { return false };
         s.replicas >= copies && s.stream_leader.is_some() && s.followers.len() + 1 == s.replicas && s.followers.iter().all(|(_, current)| *current)
+    }
+
+    /// The wipe generation, read before a look at the copies begins.
+    pub fn wipe_generation(&self) -> u64 {
+        self.wipes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A look that began in wipe generation `generation` found `complete` whole copies.
+    pub fn saw_copies(&self, generation: u64, complete: usize) {
+        if let Ok(mut c) = self.copies.lock() {
+            *c = (generation, complete);
+        }
+    }
+
+    /// A server's store is about to be wiped: every look at the copies begun before counts
+    /// for nothing (it may have counted that server's copy).
+    pub fn wiping(&self) {
+        self.wipes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whole copies of the stream at the last look begun since the last wipe (0 if none).
+    pub fn complete_copies(&self) -> usize {
+        let generation = self.wipe_generation();
+        self.copies.lock().map(|c| if c.0 == generation { c.1 } else { 0 }).unwrap_or(0)
     }
 
     /// The stream's leader at the last look.

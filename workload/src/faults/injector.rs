@@ -282,10 +282,14 @@ impl Injector {
     }
 
     /// A membership change wipes a server's copy of the stream: only one at a time, with
-    /// the system account, and only while the stream has settled at two replicas or more,
-    /// so every acknowledged message is still held by a majority of the other copies.
+    /// the system account, and only while the stream has settled at two replicas or more
+    /// and at least two copies, each read from its own node, hold everything the leader
+    /// holds, so a whole copy survives whichever server is wiped.
     fn membership_allowed(&self) -> bool {
-        self.cfg.operator.system_account().is_some() && !self.active.iter().any(|a| a.kind == FaultKind::Membership) && self.view.settled_with_copies(2)
+        self.cfg.operator.system_account().is_some()
+            && !self.active.iter().any(|a| a.kind == FaultKind::Membership)
+            && self.view.settled_with_copies(2)
+            && self.view.complete_copies() >= 2
     }
 
     fn faulty(&self) -> Vec<usize> {
@@ -371,6 +375,7 @@ impl Injector {
                 json!({ "latency_ms": d.as_millis() as u64 })
             }
             FaultKind::Membership => {
+                self.view.wiping();
                 let node = &mut cluster.nodes[i];
                 let old = node.name.clone();
                 node.kill();
