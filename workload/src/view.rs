@@ -199,4 +199,19 @@ mod tests {
         v.peers_changing();
         assert!(scales.has_changed().unwrap());
     }
+
+    #[test]
+    fn a_look_at_the_copies_begun_before_a_wipe_counts_for_nothing() {
+        let v = ClusterView::default();
+        assert_eq!(v.complete_copies(), 0, "no look yet");
+        let before = v.wipe_generation();
+        v.saw_copies(before, 2);
+        assert_eq!(v.complete_copies(), 2);
+        v.wiping();
+        assert_eq!(v.complete_copies(), 0);
+        v.saw_copies(before, 2); // a look that was under way during the wipe
+        assert_eq!(v.complete_copies(), 0);
+        v.saw_copies(v.wipe_generation(), 2);
+        assert_eq!(v.complete_copies(), 2);
+    }
 }

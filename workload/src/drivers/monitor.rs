@@ -243,3 +243,19 @@ pub async fn judge_replicas_at_rest(ctx: &Ctx, client: &async_nats::Client, canc
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use properties::replicas::ReplicaState;
+
+    #[test]
+    fn a_copy_is_whole_when_it_holds_what_the_leader_holds_give_or_take_a_step() {
+        let at = |node: &str, last_seq: u64| ReplicaState { node: node.into(), first_seq: 1, last_seq, ..Default::default() };
+        let look = |followers: Vec<ReplicaState>| ReplicaLook::Compared { leader: at("n5", 111_975), followers, agreement: Agreement::Agree };
+        assert_eq!(complete_copies(&look(vec![at("n2", 33_965)])), 1, "the catching-up peer 2.15.1 listed as current");
+        assert_eq!(complete_copies(&look(vec![at("n1", 111_900), at("n2", 33_965)])), 2);
+        assert_eq!(complete_copies(&look(vec![ReplicaState { first_seq: 500, ..at("n1", 111_975) }])), 1, "a copy missing its head is not whole");
+        assert_eq!(complete_copies(&ReplicaLook::NotSettled("no leader".into())), 0);
+    }
+}
