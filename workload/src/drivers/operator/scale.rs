@@ -141,6 +141,10 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
     Stats::add(&ctx.stats.settle_ms_total, ms);
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
     sdk::hold(Property::ScaleWaitedUntilSettled);
-    ctx.ops.count(OpKind::Scale, |c| c.settled += 1);
+    // Settled means the requested count of peers, all current: that is the effect.
+    ctx.ops.count(OpKind::Scale, |c| {
+        c.settled += 1;
+        c.effect_seen += 1;
+    });
     true
 }
