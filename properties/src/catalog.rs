@@ -31,7 +31,9 @@ pub enum Kind {
 /// (liveness in a bounded window, sent as an always assertion); `sometimes` (evaluated with
 /// its real condition wherever the situation can arise, so Antithesis sees both outcomes);
 /// `sometimes_greater` (numeric guidance: a value that should sometimes exceed a threshold,
-/// so Antithesis can steer toward it); `reachable`; `unreachable`.
+/// so Antithesis can steer toward it); `sometimes_local` (coverage of what only the
+/// workload's own fault injector does, local and docker: tallied in the report, not sent
+/// to Antithesis, whose timelines can never reach it); `reachable`; `unreachable`.
 #[macro_export]
 macro_rules! for_each_property {
     ($callback:ident) => {
@@ -115,6 +117,10 @@ macro_rules! for_each_property {
              "the durable consumer's leader changed while acks were waiting for their confirmation")
             (ConsumerFellFarBehind, sometimes_greater, "consumer-fell-far-behind",
              "the reader was more than ten thousand messages behind the last ack")
+            (DiskFaultHitAStreamFile, sometimes_local, "disk-fault-hit-a-stream-file",
+             "a corruption or snapshot rollback on a stopped node changed a file of the run's stream")
+            (NodeCameBackAfterDiskFault, sometimes_local, "node-came-back-after-disk-fault",
+             "a node whose files a disk fault changed answered healthy again within the liveness window")
             // Coverage: the fault and retry paths ran.
             (PublishRetriedAfterNoResponders, reachable, "publish-retried-after-no-responders",
              "a publish hit a leader election (no responders) and was retried")
@@ -191,6 +197,7 @@ macro_rules! define_catalog {
     (@kind eventually_or_unreachable) => { Kind::Eventually };
     (@kind sometimes) => { Kind::Sometimes };
     (@kind sometimes_greater) => { Kind::Sometimes };
+    (@kind sometimes_local) => { Kind::Sometimes };
     (@kind reachable) => { Kind::Reachable };
     (@kind unreachable) => { Kind::Unreachable };
 }

@@ -1,7 +1,11 @@
 //! Bounded liveness windows (seed 001): an operation that keeps failing is retried with
 //! backoff for at most `window`; when only `quiet` of it is left, faults are asked to pause
 //! for `quiet`, so every window ends with a fault-free stretch. Failing after that is a
-//! liveness failure. Time is passed in, so the rule is testable without a clock.
+//! liveness failure. The fault-free stretch is measured from the request, not from the
+//! quiet point: a try that was still waiting for an answer when the quiet point passed asks
+//! a little late, and the window then lasts until `quiet` after the request (a window is
+//! never judged on less than `quiet` without faults). Time is passed in, so the rule is
+//! testable without a clock.
 
 use std::time::Duration;
 
@@ -30,7 +34,8 @@ pub struct Window {
     cfg: WindowConfig,
     opened_at: Duration,
     failures: u32,
-    quiet_requested: bool,
+    /// When faults were asked to pause (none yet).
+    quiet_at: Option<Duration>,
 }
 
 /// What to do after a failure.
@@ -46,7 +51,7 @@ pub enum Next {
 
 impl Window {
     pub fn open(cfg: WindowConfig, now: Duration) -> Self {
-        Self { cfg, opened_at: now, failures: 0, quiet_requested: false }
+        Self { cfg, opened_at: now, failures: 0, quiet_at: None }
     }
 
     pub fn elapsed(&self, now: Duration) -> Duration {
@@ -63,25 +68,30 @@ impl Window {
     /// at the slow pace, not ten times a second.
     pub fn progressed(&mut self, now: Duration) {
         self.opened_at = now;
-        self.quiet_requested = false;
+        self.quiet_at = None;
     }
 
     /// Records a failure at `now` and says what comes next.
     pub fn failed(&mut self, now: Duration) -> Next {
         self.failures += 1;
         let elapsed = self.elapsed(now);
-        if elapsed >= self.cfg.window {
-            return Next::Expired { elapsed, failures: self.failures };
-        }
         let doubling = self.failures.saturating_sub(1).min(16);
         let pause = self.cfg.backoff_min.saturating_mul(1 << doubling).min(self.cfg.backoff_max);
-        // Never sleep past the end of the window: the last try happens at the deadline.
-        let pause = pause.min(self.cfg.window - elapsed);
-        if !self.quiet_requested && elapsed + self.cfg.quiet >= self.cfg.window {
-            self.quiet_requested = true;
-            return Next::RequestQuiet { quiet: self.cfg.quiet, retry_after: pause };
+        if self.quiet_at.is_none() && elapsed + self.cfg.quiet >= self.cfg.window {
+            self.quiet_at = Some(now);
+            return Next::RequestQuiet { quiet: self.cfg.quiet, retry_after: pause.min(self.left(now)) };
         }
-        Next::Retry(pause)
+        if self.left(now).is_zero() {
+            return Next::Expired { elapsed, failures: self.failures };
+        }
+        // Never sleep past the end of the window: the last try happens at the deadline.
+        Next::Retry(pause.min(self.left(now)))
+    }
+
+    /// Time until the window ends: the window's length, and `quiet` after the request.
+    fn left(&self, now: Duration) -> Duration {
+        let end = (self.opened_at + self.cfg.window).max(self.quiet_at.map_or(Duration::ZERO, |q| q + self.cfg.quiet));
+        end.saturating_sub(now)
     }
 }
 
@@ -104,6 +114,22 @@ mod tests {
         assert_eq!(w.failed(s(101)), Next::Retry(s(2)));
         assert_eq!(w.failed(s(129)), Next::Retry(s(1)), "never sleeps past the deadline");
         assert_eq!(w.failed(s(130)), Next::Expired { elapsed: s(120), failures: 8 });
+    }
+
+    #[test]
+    fn a_late_quiet_request_still_gets_its_whole_quiet_before_the_window_ends() {
+        let mut w = Window::open(WindowConfig::default(), s(0));
+        assert_eq!(w.failed(s(80)), Next::Retry(Duration::from_millis(100)));
+        // The next try waited 25 s for an answer: the quiet point passed meanwhile.
+        assert!(matches!(w.failed(s(105)), Next::RequestQuiet { quiet, .. } if quiet == s(30)));
+        assert_eq!(w.failed(s(120)), Next::Retry(Duration::from_millis(400)), "past 120 s, but only 15 s without faults");
+        assert_eq!(w.failed(s(134)), Next::Retry(Duration::from_millis(800)));
+        assert_eq!(w.failed(Duration::from_millis(134_900)), Next::Retry(Duration::from_millis(100)), "never sleeps past 30 s after the request");
+        assert!(matches!(w.failed(s(135)), Next::Expired { elapsed, .. } if elapsed == s(135)));
+        // A single try longer than the whole window asks for quiet before it is judged.
+        let mut w = Window::open(WindowConfig::default(), s(0));
+        assert!(matches!(w.failed(s(200)), Next::RequestQuiet { .. }));
+        assert!(matches!(w.failed(s(231)), Next::Expired { .. }));
     }
 
     #[test]

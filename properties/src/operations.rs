@@ -149,6 +149,17 @@ pub fn servers_with<'a>(tags_of: &'a BTreeMap<String, BTreeSet<String>>, tags: &
     tags_of.iter().filter(|(_, have)| tags.iter().all(|t| have.contains(t))).map(|(name, _)| name.as_str()).collect()
 }
 
+/// Whether removing one of `holders` (the stream's peers) leaves the server room to keep
+/// `replicas` copies: among the servers its placement `allowed`, enough that are not
+/// peers yet to replace the removed one and any peer the stream already lacks. A removed
+/// server is not added back (2.14.2+), so on three servers an R3 stream short of a peer
+/// (after a server left the cluster) must not lose another: its only spare is needed to
+/// fill the gap, and the stream would stay short for good.
+pub fn has_spare(allowed: &[&str], holders: &[String], replicas: usize) -> bool {
+    let spares = allowed.iter().filter(|s| !holders.iter().any(|h| h == *s)).count();
+    spares > replicas.saturating_sub(holders.len())
+}
+
 /// `Ok` once `removed` is no longer one of the stream's peers.
 pub fn peer_gone(info: &StreamInfoView, removed: &str) -> Result<(), String> {
     match peers(info).iter().any(|p| p == removed) {
@@ -160,6 +171,18 @@ pub fn peer_gone(info: &StreamInfoView, removed: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_is_removed_only_with_a_spare_beyond_what_the_stream_lacks() {
+        let held = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let three = ["n1", "n2", "n3-2"];
+        assert!(!has_spare(&three, &held(&["n1", "n2", "n3-2"]), 3), "three servers, R3: nowhere to go");
+        assert!(!has_spare(&three, &held(&["n1", "n2"]), 3), "short a peer: the one spare must fill the gap");
+        assert!(has_spare(&three, &held(&["n1", "n2"]), 2), "R2 on three servers: one spare");
+        let five = ["n1", "n2", "n3", "n4", "n5"];
+        assert!(has_spare(&five, &held(&["n1", "n2"]), 3), "two spares for the gap and the replacement");
+        assert!(!has_spare(&five[..3], &held(&["n1"]), 3), "two short, two spares: none left to replace");
+    }
 
     fn view(json: &str) -> StreamInfoView {
         serde_json::from_str(json).unwrap()

@@ -4,6 +4,7 @@
 //! injector can kill and restart it in place. Nodes die with the workload: they are killed
 //! on drop and, through PR_SET_PDEATHSIG, when the workload itself is killed.
 
+use crate::faults::lazyfs::Mounted;
 use crate::faults::proxy::Link;
 use anyhow::{bail, Context};
 use std::fs;
@@ -36,6 +37,9 @@ pub struct LocalCluster {
     pub server_bin: PathBuf,
     /// The proxied links, when the cluster was started for fault injection.
     pub network: Option<Network>,
+    /// Each node's power-loss layer over its store, when the layout asks for them
+    /// (unmounted after the nodes are killed: fields drop in order).
+    pub disks: Vec<Mounted>,
 }
 
 impl Node {
@@ -103,10 +107,12 @@ impl Node {
         let conf = fs::read_to_string(&self.config_file)?;
         let conf = conf.replacen(&format!("server_name: {}\n", self.name), &format!("server_name: {new}\n"), 1);
         fs::write(&self.config_file, conf)?;
-        if self.store_dir.exists() {
-            fs::remove_dir_all(&self.store_dir)?;
-        }
+        // Its contents only: the store may be a mount point (the power-loss layer).
         fs::create_dir_all(&self.store_dir)?;
+        for entry in fs::read_dir(&self.store_dir)? {
+            let path = entry?.path();
+            if path.is_dir() { fs::remove_dir_all(&path)? } else { fs::remove_file(&path)? }
+        }
         self.name = new.clone();
         Ok(new)
     }
@@ -124,14 +130,23 @@ impl Drop for Node {
 }
 
 /// How many clusters of how many nodes each; several form a supercluster joined by
-/// gateways. Node `i` belongs to cluster `i / nodes`.
+/// gateways. Node `i` belongs to cluster `i / nodes`. And how the nodes store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub clusters: usize,
     pub nodes: usize,
+    /// `sync_interval: always` (fsync every write); else the server's default interval.
+    pub sync_always: bool,
+    /// Every node's store on a power-loss layer ([`Mounted`]), for the power-loss faults.
+    pub power_loss: bool,
 }
 
 impl Layout {
+    /// One cluster of `nodes`, fsyncing every write, on plain directories.
+    pub fn nodes(nodes: usize) -> Self {
+        Self { clusters: 1, nodes, sync_always: true, power_loss: false }
+    }
+
     pub fn size(self) -> usize {
         self.clusters * self.nodes
     }
@@ -261,6 +276,11 @@ impl LocalCluster {
         } else {
             None
         };
+        let mut disks = Vec::new();
+        for node in nodes.iter().filter(|_| layout.power_loss) {
+            let backing = node.store_dir.with_extension("disk");
+            disks.push(Mounted::mount(&backing, &node.store_dir).with_context(|| format!("cannot mount the power-loss layer over {} (needs /dev/fuse and fusermount3)", node.store_dir.display()))?);
+        }
         for (i, node) in nodes.iter().enumerate() {
             let store = &node.store_dir;
             fs::create_dir_all(store)?;
@@ -292,7 +312,7 @@ impl LocalCluster {
             let conf = format!(
                 "server_name: {name}\nlisten: \"127.0.0.1:{client}\"\nhttp: \"127.0.0.1:{http}\"\nserver_tags: [{tags}]\n{ACCOUNTS}\
                  lame_duck_duration: \"30s\"\nlame_duck_grace_period: \"2s\"\n\
-                 jetstream {{\n  store_dir: \"{store}\"\n  sync_interval: always\n}}\n\
+                 jetstream {{\n  store_dir: \"{store}\"\n{sync}}}\n\
                  cluster {{\n  name: {cluster_name}\n  listen: \"127.0.0.1:{cluster}\"\n{advertise}  routes: [{routes}]\n}}\n{gateway}",
                 name = node.name,
                 tags = group_tags(position, layout.nodes).iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(", "),
@@ -301,6 +321,7 @@ impl LocalCluster {
                 cluster_name = node.cluster,
                 cluster = node.cluster_port,
                 store = store.display(),
+                sync = if layout.sync_always { "  sync_interval: always\n" } else { "" },
                 routes = routes.join(", "),
                 // Proxied: gossip must not teach peers the real route port (they would dial
                 // it directly, around the links), nor clients the real client ports.
@@ -311,7 +332,7 @@ impl LocalCluster {
         for node in &mut nodes {
             node.start(server_bin)?;
         }
-        Ok(LocalCluster { nodes, server_bin: server_bin.to_path_buf(), network })
+        Ok(LocalCluster { nodes, server_bin: server_bin.to_path_buf(), network, disks })
     }
 
     /// Where clients connect: through the client links when proxied.
@@ -330,7 +351,7 @@ impl LocalCluster {
     /// taken by another process before nats-server binds it: when a node exits during
     /// start-up for that reason, the cluster starts again on new ports (three tries).
     pub async fn launch(server_bin: &Path, n: usize, dir: &Path, proxied: bool, timeout: Duration) -> anyhow::Result<LocalCluster> {
-        Self::launch_layout(server_bin, Layout { clusters: 1, nodes: n }, dir, proxied, timeout).await
+        Self::launch_layout(server_bin, Layout::nodes(n), dir, proxied, timeout).await
     }
 
     /// [`LocalCluster::launch`] for a supercluster of `layout.clusters` clusters.

@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+/// The most streams one run drives (each holds a few connections and tasks).
+pub const MAX_STREAMS: usize = 64;
+
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -26,11 +29,24 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {
+    /// Independent streams in one run (`workload local` and `run`), each with its own
+    /// publisher, readers and operator.
+    pub count: usize,
     /// Replica count the stream is created with (capped at the cluster size).
     pub initial_replicas: usize,
     /// JetStream dedup window; must outlast any retry (at least twice the liveness window).
     #[serde(with = "humantime_serde")]
     pub duplicate_window: Duration,
+    /// The servers' `sync_interval` (`workload local`; other clusters have their own configs):
+    /// `always` fsyncs every write, `default` leaves the server's own interval.
+    pub sync_interval: SyncInterval,
+}
+
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncInterval {
+    Always,
+    Default,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -162,7 +178,8 @@ pub struct FaultsConfig {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Schedule {
-    /// Fault types to draw from: kill, pause, restart, isolate, split, latency, membership (a kind listed n times is drawn n times as often).
+    /// Fault types to draw from: kill, pause, restart, isolate, split, latency, membership,
+    /// corrupt, snapshot-rollback (a kind listed n times is drawn n times as often).
     pub kinds: Vec<FaultKind>,
     /// Fault-free stretch between two fault periods, drawn from [off_min, off_max].
     #[serde(with = "humantime_serde")]
@@ -210,7 +227,7 @@ pub struct Schedule {
 impl Default for Schedule {
     fn default() -> Self {
         Self {
-            kinds: FaultKind::ALL.to_vec(),
+            kinds: FaultKind::GENTLE.to_vec(),
             off_min: Duration::from_secs(30),
             off_max: Duration::from_secs(60),
             on_min: Duration::from_secs(30),
@@ -257,9 +274,33 @@ impl Schedule {
         }
     }
 
+    /// The gentle schedule with disk faults: corruption twice as often as a snapshot
+    /// rollback, between kills and restarts (seed 002: what lost acknowledged writes and
+    /// whole streams on 2.12.1).
+    fn disk() -> Self {
+        use FaultKind::*;
+        Self { kinds: vec![Corrupt, Corrupt, SnapshotRollback, Kill, Restart, Pause], ..Self::default() }
+    }
+
+    /// The gentle schedule with power cuts on one node at a time, between kills and
+    /// restarts: the nodes' stores go on the power-loss layer.
+    fn power() -> Self {
+        use FaultKind::*;
+        Self { kinds: vec![PowerLoss, PowerLoss, Kill, Restart], ..Self::default() }
+    }
+
+    /// Power cuts on every node at once (opt in), and on one node at a time.
+    fn power_all() -> Self {
+        use FaultKind::*;
+        Self { kinds: vec![PowerLossAll, PowerLoss, Kill], ..Self::default() }
+    }
+
     /// The schedules every configuration has.
     pub fn built_in() -> BTreeMap<String, Schedule> {
-        BTreeMap::from([("gentle".to_string(), Schedule::default()), ("aggressive".to_string(), Schedule::aggressive())])
+        [("gentle", Schedule::default()), ("aggressive", Schedule::aggressive()), ("disk", Schedule::disk()), ("power", Schedule::power()), ("power-all", Schedule::power_all())]
+            .into_iter()
+            .map(|(name, s)| (name.to_string(), s))
+            .collect()
     }
 }
 
@@ -283,6 +324,22 @@ pub enum FaultKind {
     /// time, only while the stream has settled at two replicas or more, so a majority of
     /// its copies is never wiped by the fault itself).
     Membership,
+    /// Flip bits in, or truncate, one of the stream's files (a message block most often,
+    /// else an index or a Raft file) on a stopped node, then start it again (same rules as
+    /// membership: one at a time, another whole copy kept).
+    Corrupt,
+    /// Roll a stopped node's Raft snapshots (the meta layer's and the stream's) back to a
+    /// copy taken at the start of an earlier fault period, then start it again.
+    #[serde(rename = "snapshot-rollback")]
+    SnapshotRollback,
+    /// A power cut on one node: killed, every write it had not fsynced thrown away (the
+    /// power-loss layer under its store), started again (the membership rule applies).
+    #[serde(rename = "power-loss")]
+    PowerLoss,
+    /// A power cut on every node at once (opt in: without fsync on every write it may
+    /// legitimately lose acknowledged messages); only when no other fault is in force.
+    #[serde(rename = "power-loss-all")]
+    PowerLossAll,
 }
 
 impl FaultsConfig {
@@ -303,7 +360,44 @@ impl Schedule {
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [Self::Kill, Self::Pause, Self::Restart, Self::Isolate, Self::Split, Self::Latency, Self::Membership];
+    pub const ALL: [FaultKind; 11] = [
+        Self::Kill,
+        Self::Pause,
+        Self::Restart,
+        Self::Isolate,
+        Self::Split,
+        Self::Latency,
+        Self::Membership,
+        Self::Corrupt,
+        Self::SnapshotRollback,
+        Self::PowerLoss,
+        Self::PowerLossAll,
+    ];
+    /// The gentle profile's: every kind but the disk faults (opt in: the `disk` profile).
+    pub const GENTLE: [FaultKind; 7] = [Self::Kill, Self::Pause, Self::Restart, Self::Isolate, Self::Split, Self::Latency, Self::Membership];
+
+    /// Faults that destroy a node's copy of the stream, in part or whole: one at a time,
+    /// and only while another whole copy exists.
+    pub fn destroys_data(self) -> bool {
+        matches!(self, Self::Membership | Self::Corrupt | Self::SnapshotRollback | Self::PowerLoss)
+    }
+
+    /// The fewest replicas the stream must have settled at before this fault may destroy
+    /// data. A damaged copy that keeps its server's identity (corruption, snapshots rolled
+    /// back) is within what replication promises to survive only as a minority of its
+    /// group, so three; a server wiped and back under a new name, or one that lost writes
+    /// it never synced, rejoins as a follower and catches up, so two.
+    pub fn min_replicas(self) -> usize {
+        match self {
+            Self::Corrupt | Self::SnapshotRollback => 3,
+            _ => 2,
+        }
+    }
+
+    /// Faults that need the power-loss layer under every node's store.
+    pub fn cuts_power(self) -> bool {
+        matches!(self, Self::PowerLoss | Self::PowerLossAll)
+    }
 }
 
 impl Default for FaultsConfig {
@@ -375,11 +469,13 @@ pub struct ReportConfig {
     /// Interval between progress lines.
     #[serde(with = "humantime_serde")]
     pub progress_interval: Duration,
+    /// Serve Prometheus metrics at http://ADDR/metrics while the run goes on (none: off).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Default for StreamConfig {
     fn default() -> Self {
-        Self { initial_replicas: 3, duplicate_window: Duration::from_secs(300) }
+        Self { count: 1, initial_replicas: 3, duplicate_window: Duration::from_secs(300), sync_interval: SyncInterval::Always }
     }
 }
 
@@ -428,7 +524,7 @@ impl Default for LivenessConfig {
 
 impl Default for ReportConfig {
     fn default() -> Self {
-        Self { progress_interval: Duration::from_secs(10) }
+        Self { progress_interval: Duration::from_secs(10), metrics: None }
     }
 }
 
@@ -497,6 +593,9 @@ impl Config {
         let s = &self.stream;
         if s.initial_replicas == 0 || s.initial_replicas > 5 {
             return Err(bad("stream.initial_replicas", "must be 1 ..= 5"));
+        }
+        if s.count == 0 || s.count > MAX_STREAMS {
+            return Err(bad("stream.count", format!("must be 1 ..= {MAX_STREAMS}")));
         }
         let c = &self.scale;
         if let Some(r) = c.replicas.iter().find(|r| **r == 0 || **r > max) {
@@ -633,7 +732,7 @@ mod tests {
         c.validate(Some(3)).unwrap();
         let mine = c.schedule();
         assert_eq!(mine.off_max, Duration::from_secs(2));
-        assert_eq!(mine.kinds, FaultKind::ALL.to_vec(), "unset fields take the gentle profile's values");
+        assert_eq!(mine.kinds, FaultKind::GENTLE.to_vec(), "unset fields take the gentle profile's values");
         let aggressive = Config { faults: FaultsConfig { profile: "aggressive".into(), ..c.faults.clone() }, ..c.clone() };
         assert!(aggressive.schedule().flip_replicas, "built-in profiles stay available");
         let bad: Config = toml::from_str("[faults.profiles.x]\nfault_min = \"9s\"\nfault_max = \"1s\"\n").unwrap();

@@ -4,7 +4,7 @@
 //! safety question could not be answered (verdict "unknown").
 
 use clap::{Args, Parser, Subcommand};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -56,6 +56,10 @@ enum Command {
         /// /var/run/docker.sock, which docker-compose.faults.yaml mounts). faults.* applies.
         #[arg(long, env = "WORKLOAD_DOCKER_FAULTS")]
         docker_faults: bool,
+        /// With --docker-faults: where the nodes' data volumes are mounted, each under its
+        /// service name (DIR/n1, ...), for membership changes (wipe, new server name).
+        #[arg(long, env = "WORKLOAD_DOCKER_NODE_DATA")]
+        docker_node_data: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
     },
@@ -78,7 +82,7 @@ enum Command {
     /// print one table: verdict, failed properties, acks, first failure. Arguments after `--`
     /// go to every run (e.g. `-- --fault-profile aggressive`).
     Matrix(MatrixArgs),
-    /// Write report.md (the page a person reads) again from a run directory's report.json.
+    /// Write report.md, timeline.svg and report.html again from a run directory.
     Report {
         /// The run directory (--out of the run).
         dir: PathBuf,
@@ -187,6 +191,9 @@ struct Common {
     /// Overrides publish.in_flight.
     #[arg(long, env = "WORKLOAD_IN_FLIGHT")]
     in_flight: Option<usize>,
+    /// Overrides stream.count: independent streams in one run, each judged on its own.
+    #[arg(long, env = "WORKLOAD_STREAMS")]
+    streams: Option<usize>,
     /// Overrides liveness.window.
     #[arg(long, env = "WORKLOAD_LIVENESS_WINDOW", value_parser = humantime::parse_duration)]
     liveness_window: Option<Duration>,
@@ -206,6 +213,13 @@ struct Common {
     /// the config file's).
     #[arg(long, env = "WORKLOAD_FAULT_PROFILE")]
     fault_profile: Option<String>,
+    /// Overrides stream.sync_interval (always, default): the local servers' fsync policy.
+    #[arg(long, env = "WORKLOAD_SYNC_INTERVAL", value_parser = sync_interval)]
+    sync_interval: Option<workload::config::SyncInterval>,
+    /// Overrides report.metrics: serve Prometheus metrics at http://ADDR/metrics (e.g.
+    /// 0.0.0.0:9464).
+    #[arg(long, env = "WORKLOAD_METRICS")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 const EXIT_PROPERTY_FAILED: u8 = 1;
@@ -318,6 +332,9 @@ fn main() -> ExitCode {
     if let Err(e) = cfg.validate(Some(cluster_size)) {
         return usage(&e.to_string());
     }
+    if matches!(cli.command, Command::Composer { .. }) && cfg.stream.count > 1 {
+        return usage("a composer command drives one stream (stream.count must be 1): Test Composer runs drivers side by side instead");
+    }
     if let Some(id) = &common.run_id {
         if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return usage("--run-id must be letters, digits and '_' (it names a stream and a subject token)");
@@ -352,16 +369,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// `workload report DIR`: report.md from DIR/report.json.
+/// `workload report DIR`: report.md, timeline.svg and report.html from DIR's report.json
+/// (and its timeline.jsonl and faults.jsonl).
 fn write_page(dir: &std::path::Path) -> ExitCode {
     let report = std::fs::read(dir.join("report.json")).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()));
     match report {
-        Ok(report) => match std::fs::write(dir.join("report.md"), report::markdown(&report)) {
+        Ok(report) => match workload::page::write(dir, &report) {
             Ok(()) => {
-                println!("{}", dir.join("report.md").display());
+                println!("{}", dir.join("report.html").display());
                 ExitCode::SUCCESS
             }
-            Err(e) => usage(&format!("cannot write {}: {e}", dir.join("report.md").display())),
+            Err(e) => usage(&format!("cannot write the pages into {}: {e}", dir.display())),
         },
         Err(e) => usage(&format!("no readable report.json in {}: {e}", dir.display())),
     }
@@ -397,6 +415,15 @@ fn run_matrix(m: &MatrixArgs) -> ExitCode {
     }
 }
 
+/// `always` or `default`.
+fn sync_interval(v: &str) -> Result<workload::config::SyncInterval, String> {
+    match v {
+        "always" => Ok(workload::config::SyncInterval::Always),
+        "default" => Ok(workload::config::SyncInterval::Default),
+        _ => Err(format!("expected always or default, got {v:?}")),
+    }
+}
+
 /// `USER:PASSWORD`; anything else is a usage error rather than a silently ignored value.
 fn user_password(v: &str) -> Result<(String, String), String> {
     match v.split_once(':') {
@@ -417,6 +444,9 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     if let Some(v) = c.in_flight {
         cfg.publish.in_flight = v;
     }
+    if let Some(v) = c.streams {
+        cfg.stream.count = v;
+    }
     if let Some(v) = c.liveness_window {
         cfg.liveness.window = v;
     }
@@ -434,6 +464,12 @@ fn apply_overrides(cfg: &mut Config, c: &Common) {
     }
     if let Some(v) = &c.fault_profile {
         cfg.faults.profile.clone_from(v);
+    }
+    if let Some(v) = c.metrics {
+        cfg.report.metrics = Some(v);
+    }
+    if let Some(v) = c.sync_interval {
+        cfg.stream.sync_interval = v;
     }
 }
 
@@ -473,7 +509,13 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let knobs = Knobs { payload_size: common.payload_size.is_none(), in_flight: common.in_flight.is_none() };
     let (addr, server_version, target, composer) = match command {
         Command::Local { nodes: per_cluster, clusters, nats_server, .. } => {
-            let layout = cluster::Layout { clusters: clusters.max(1), nodes: per_cluster };
+            let mut power_loss = cfg.faults.enabled && cfg.schedule().kinds.iter().any(|k| k.cuts_power());
+            if power_loss && !std::path::Path::new("/dev/fuse").exists() {
+                tracing::warn!("no /dev/fuse: the power-loss layer cannot be mounted, so power cuts are skipped (every other fault kind goes on)");
+                power_loss = false;
+            }
+            let sync_always = cfg.stream.sync_interval == workload::config::SyncInterval::Always;
+            let layout = cluster::Layout { clusters: clusters.max(1), nodes: per_cluster, sync_always, power_loss };
             let nodes = layout.size();
             let bin = cluster::find_server(nats_server.as_deref())?;
             let version = cluster::server_version(&bin);
@@ -490,10 +532,10 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             }
             (addr, version, Some(Target::Local(Arc::new(tokio::sync::Mutex::new(local)))), None)
         }
-        Command::Run { cluster, docker_faults, .. } => {
+        Command::Run { cluster, docker_faults, docker_node_data, .. } => {
             let target = if docker_faults && cfg.faults.enabled {
                 let hosts: Vec<String> = cluster.servers.iter().map(|url| url_host(url)).collect();
-                Some(Target::Docker(DockerNodes::discover(&hosts).await?))
+                Some(Target::Docker(DockerNodes::discover(&hosts, &cluster.servers, &cluster.monitor, docker_node_data.as_deref()).await?))
             } else {
                 None
             };
@@ -533,7 +575,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         _ => None,
     };
     let injector = match target {
-        Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), source, fault_log.clone())),
+        Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), source, fault_log.clone()).with_snapshot_copies(out.join("snapshot-copies"))),
         _ => None,
     };
     let steered = source == Source::Antithesis;
@@ -572,7 +614,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 draw_knobs(&mut cfg, &knobs, cluster_size, &source);
                 facts["config"] = json!(cfg);
             }
-            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state) };
+            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state), timeline: Some(out.join("timeline.jsonl")) };
             tracing::info!(seed, run_id, ?duration, "run starting");
             let finished = match run::run(spec, stop).await {
                 Ok(f) => f,
@@ -583,20 +625,13 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 Err(NotRun::Stopped) if is_driver => return Ok(ExitCode::SUCCESS), // reported as an assertion
                 Err(NotRun::Stopped) => return Ok(ExitCode::from(EXIT_INFRA)),
             };
-            let (stream, _) = run::names(&run_id);
             facts["command"] = json!(if is_driver { "driver" } else { "run" });
             facts["run_id"] = json!(run_id);
-            facts["stream"] = json!(stream);
-            facts["elapsed_s"] = json!(finished.elapsed.as_secs_f64());
-            facts["final_check"] = json!(finished.check);
-            facts["final_read_complete"] = json!(finished.check.as_ref().map(|c| c.read != properties::Outcome::Unknown));
-            facts["suspicions_at_stop"] = json!(finished.suspicions_at_stop);
+            if let (Some(all), Value::Object(run)) = (facts.as_object_mut(), finished.facts()) {
+                all.extend(run);
+            }
             facts["rss_mib_end"] = json!(run::rss_mib());
-            facts["counters"] = finished.ctx.stats.to_json();
-            facts["operations"] = finished.ctx.ops.to_json();
-            facts["quiet_requests"] = json!(finished.ctx.live.quiet.count());
             facts["client_errors_logged"] = json!(workload::logs::client_errors());
-            facts["quiet"] = finished.quiet;
             facts["faults"] = fault_log.summary();
         }
     }
@@ -622,7 +657,7 @@ fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Res
     let report = report::build(facts);
     let path = out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    std::fs::write(out.join("report.md"), report::markdown(&report))?;
+    workload::page::write(out, &report)?;
     report::print(&report);
     println!("report: {}", path.display());
     Ok(report["verdict"].as_str().unwrap_or("fail").to_string())

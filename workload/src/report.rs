@@ -94,62 +94,17 @@ pub fn print(report: &Value) {
     for s in report["streams"].as_array().into_iter().flatten() {
         println!("stream: {s}");
     }
-    println!("verdict: {}", report["verdict"].as_str().unwrap_or("?"));
-}
-
-/// The report as a page a person reads at a glance (`report.md`): the verdict, what ran,
-/// the property table with each failure's first details and time, and the coverage gaps.
-pub fn markdown(report: &Value) -> String {
-    let text = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
-    let props: Vec<&Value> = report["properties"].as_array().into_iter().flatten().collect();
-    let mut md = format!("# Run report: {}\n\n", text(&report["verdict"]).to_uppercase());
-    for (k, label) in [("failed", "Failed"), ("unknown", "Could not be judged")] {
-        let ids: Vec<String> = report[k].as_array().into_iter().flatten().map(text).collect();
-        if !ids.is_empty() {
-            md += &format!("**{label}:** {}\n\n", ids.join(", "));
-        }
-    }
-    md += "## The run\n\n| | |\n|---|---|\n";
-    let c = &report["counters"];
-    let facts = [
-        ("command", text(&report["command"])),
-        ("seed", text(&report["seed"])),
-        ("server version", text(&report["server_version"])),
-        ("cluster size", text(&report["cluster_size"])),
-        ("elapsed", report["elapsed_s"].as_f64().map_or("?".into(), |s| format!("{s:.0} s"))),
-        ("fault profile", text(&report["config"]["faults"]["profile"])),
-        ("acked / verified by the final read", format!("{} / {}", text(&c["acked"]), text(&c["final_verified"]))),
-        ("durable consumer: delivered / confirmed acks", format!("{} / {}", text(&c["durable_delivered"]), text(&c["durable_acks_confirmed"]))),
-        ("faults started", counts(&report["faults"]["starts"], |v| text(v))),
-        ("operations (done/settled)", counts(&report["operations"]["counts"], |v| format!("{}/{}", text(&v["done"]), text(&v["settled"])))),
-        ("operations not sent", counts(&report["operations"]["skipped"], |v| text(v))),
-    ];
-    for (k, v) in facts.iter().filter(|(_, v)| !v.is_empty() && v != "null" && v != "null / null") {
-        md += &format!("| {k} | {} |\n", v.replace('|', "\\|"));
-    }
-    md += "\n## Properties\n\n| property | kind | status | held | failed | unknown | first failure |\n|---|---|---|---|---|---|---|\n";
-    for p in &props {
-        let first = match (p["first_failure_s"].as_f64(), &p["first_failure"]) {
-            (Some(t), d) => format!("at {t:.0} s: `{}`", d.to_string().replace('|', "\\|")),
-            (None, d) if !d.is_null() => format!("`{}`", d.to_string().replace('|', "\\|")),
-            _ if !p["first_unknown"].is_null() => format!("unknown: `{}`", p["first_unknown"].to_string().replace('|', "\\|")),
-            _ => String::new(),
-        };
-        md += &format!(
-            "| {} | {} | {} | {} | {} | {} | {first} |\n",
-            text(&p["id"]), text(&p["kind"]), text(&p["status"]), text(&p["held"]), text(&p["failed"]), text(&p["unknown"])
+    for s in report["per_stream"].as_array().into_iter().flatten() {
+        let (c, m) = (&s["counters"], &s["messages"]);
+        println!(
+            "stream {}: acked {} verified {} final read {} ok/lost/unknown {}/{}/{}",
+            s["stream"].as_str().unwrap_or("?"), c["acked"], c["verified"], c["final_verified"], m["ok"], m["lost"], m["unknown"]
         );
     }
-    let gaps: Vec<String> = props.iter().filter(|p| p["status"] == "not-reached" && matches!(p["kind"].as_str(), Some("sometimes" | "reachable"))).map(|p| text(&p["id"])).collect();
-    if !gaps.is_empty() {
-        md += &format!("\n## Coverage gaps\n\nNever reached in this run: {}.\n", gaps.join(", "));
+    if let Some(slowest) = report["slowest_stream"].as_str() {
+        println!("slowest stream: {slowest}");
     }
-    md
-}
-
-/// `a 3, b 1` from a JSON object of counts (empty when there is none).
-fn counts(obj: &Value, show: impl Fn(&Value) -> String) -> String {
-    obj.as_object().map(|m| m.iter().map(|(k, v)| format!("{k} {}", show(v))).collect::<Vec<_>>().join(", ")).unwrap_or_default()
+    println!("verdict: {}", report["verdict"].as_str().unwrap_or("?"));
 }
 
 #[cfg(test)]
@@ -172,30 +127,5 @@ mod tests {
         assert_eq!(verdict(&[(safety, "unknown"), (p, "passed")]), "unknown");
         assert_eq!(verdict(&[(safety, "unknown"), (p, "failed")]), "fail");
         assert_eq!(verdict(&[(safety, "passed"), (Property::ConsumerRecreated, "unknown")]), "pass", "coverage decides nothing");
-    }
-
-    #[test]
-    fn the_page_names_the_failure_its_time_and_the_gaps() {
-        let report = serde_json::json!({
-            "verdict": "fail", "failed": ["acked-message-never-lost"], "unknown": [],
-            "seed": 3, "server_version": "v2.12.1", "cluster_size": 3, "elapsed_s": 181.2, "command": "run",
-            "config": { "faults": { "profile": "aggressive" } },
-            "counters": { "acked": 1000, "final_verified": 900 },
-            "faults": { "starts": { "kill": 4, "pause": 2 } },
-            "operations": { "counts": { "scale": { "done": 5, "settled": 4 } }, "skipped": {} },
-            "properties": [
-                { "id": "acked-message-never-lost", "kind": "always", "status": "failed", "held": 10, "failed": 1, "unknown": 0,
-                  "first_failure": { "missing": [901, 902] }, "first_failure_s": 42.4 },
-                { "id": "stream-leader-stepped-down", "kind": "reachable", "status": "not-reached", "held": 0, "failed": 0, "unknown": 0 },
-            ],
-        });
-        let md = markdown(&report);
-        assert!(md.starts_with("# Run report: FAIL"), "{md}");
-        assert!(md.contains("**Failed:** acked-message-never-lost"), "{md}");
-        assert!(md.contains("| acked-message-never-lost | always | failed | 10 | 1 | 0 | at 42 s: `{\"missing\":[901,902]}` |"), "{md}");
-        assert!(md.contains("| faults started | kill 4, pause 2 |"), "{md}");
-        assert!(md.contains("| operations (done/settled) | scale 5/4 |"), "{md}");
-        assert!(md.contains("Never reached in this run: stream-leader-stepped-down."), "{md}");
-        assert!(!md.contains("durable consumer"), "facts the run did not have are left out: {md}");
     }
 }

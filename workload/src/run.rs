@@ -34,18 +34,80 @@ pub struct RunSpec {
     /// verification (the eventually_/finally_ commands'), and what was acknowledged is
     /// recorded in this state directory while the run goes on.
     pub composer: Option<StateDir>,
+    /// Where one sample a second goes (`timeline.jsonl`), for the report's picture.
+    pub timeline: Option<std::path::PathBuf>,
 }
 
 /// What a finished run hands to the report.
 pub struct Finished {
-    pub ctx: Arc<Ctx>,
+    /// One per stream, in order.
+    pub streams: Vec<StreamDone>,
     pub elapsed: Duration,
+    /// Quiet periods while the drivers ran: granted, refused, the time faults were allowed.
+    pub quiet: Value,
+}
+
+/// One stream's part of a finished run.
+pub struct StreamDone {
+    pub ctx: Arc<Ctx>,
     /// The final verification (none for a composer driver).
     pub check: Option<FinalCheck>,
     /// Suspicions open when the drivers stopped, with what answered them.
     pub suspicions_at_stop: Vec<Value>,
-    /// Quiet periods while the drivers ran: granted, refused, the time faults were allowed.
-    pub quiet: Value,
+}
+
+impl StreamDone {
+    /// What became of this stream's messages (after a final verification).
+    fn messages(&self) -> Option<properties::outcomes::MessageOutcomes> {
+        let check = self.check.as_ref()?;
+        let lost = self.ctx.lost.lock().unwrap_or_else(|p| p.into_inner());
+        Some(properties::outcomes::outcomes(Stats::get(&self.ctx.stats.sent_high), check.last_acked, check.read_up_to, &lost))
+    }
+
+    fn facts(&self) -> Value {
+        json!({
+            "stream": self.ctx.stream,
+            "run_id": self.ctx.run.run_id,
+            "final_check": self.check,
+            "suspicions_at_stop": self.suspicions_at_stop,
+            "counters": self.ctx.stats.to_json(),
+            "messages": self.messages(),
+        })
+    }
+}
+
+impl Finished {
+    /// The run's part of `report.json`. With one stream, that stream's facts; with several,
+    /// totals (counters summed, final checks joined, message outcomes counted without their
+    /// ranges), the slowest stream (fewest acks), and each stream's own facts in `per_stream`.
+    pub fn facts(&self) -> Value {
+        let first = &self.streams[0].ctx;
+        let mut facts = if let [one] = &self.streams[..] {
+            one.facts()
+        } else {
+            let outcomes: Vec<_> = self.streams.iter().filter_map(StreamDone::messages).collect();
+            let sum = |f: fn(&properties::outcomes::MessageOutcomes) -> u64| outcomes.iter().map(f).sum::<u64>();
+            let ctxs: Vec<Arc<Ctx>> = self.streams.iter().map(|s| s.ctx.clone()).collect();
+            json!({
+                "final_check": FinalCheck::joined(self.streams.iter().filter_map(|s| s.check.as_ref())),
+                "suspicions_at_stop": self.streams.iter().flat_map(|s| s.suspicions_at_stop.iter().cloned()).collect::<Vec<_>>(),
+                "counters": Stats::total(self.streams.iter().map(|s| &*s.ctx.stats)),
+                "messages": (outcomes.len() == self.streams.len()).then(|| json!({
+                    "sent": sum(|m| m.sent), "acked": sum(|m| m.acked), "ok": sum(|m| m.ok), "lost": sum(|m| m.lost),
+                    "unknown": sum(|m| m.unknown), "lost_range_count": outcomes.iter().map(|m| m.lost_range_count).sum::<usize>(),
+                })),
+                "slowest_stream": slowest(&ctxs).map(|c| &c.stream),
+                "per_stream": self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>(),
+            })
+        };
+        let check = |s: &StreamDone| s.check.as_ref().map(|c| c.read != properties::Outcome::Unknown);
+        facts["final_read_complete"] = json!(self.streams.iter().map(check).reduce(|a, b| Some(a? && b?)).flatten());
+        facts["elapsed_s"] = json!(self.elapsed.as_secs_f64());
+        facts["operations"] = first.ops.to_json();
+        facts["quiet_requests"] = json!(first.live.quiet.count());
+        facts["quiet"] = self.quiet.clone();
+        facts
+    }
 }
 
 /// Why a run ended without driving anything.
@@ -58,33 +120,69 @@ pub enum NotRun {
     Stopped,
 }
 
+/// The run id of stream `i` of `n`: the run's own when it drives one.
+pub fn stream_run_id(run_id: &str, i: usize, n: usize) -> String {
+    if n == 1 { run_id.to_string() } else { format!("{run_id}_{}", i + 1) }
+}
+
 pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, NotRun> {
     let started = Instant::now();
-    let run = RunMessages::new(&spec.run_id, spec.seed, spec.cfg.publish.payload_size);
-    let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, QuietRequests::new(spec.cfg.liveness.window), stop.child_token());
-    ctx.faults = spec.injector.as_ref().map(|i| i.log.clone());
-    let ctx = Arc::new(ctx);
+    sdk::mark_run_started(started);
+    let n = spec.cfg.stream.count;
+    // One stop signal, one quiet mechanism, one fault log and one tally of operations for
+    // every stream; the rest (numbers, suspicions, view, ledgers) is each stream's own.
+    let drivers_stop = stop.child_token();
+    let quiet = QuietRequests::new(spec.cfg.liveness.window);
+    let faults = spec.injector.as_ref().map(|i| i.log.clone());
+    let ops: Arc<operator::OpTally> = Arc::default();
+    let ctxs: Vec<Arc<Ctx>> = (0..n)
+        .map(|i| {
+            let run = RunMessages::new(&stream_run_id(&spec.run_id, i, n), spec.seed, spec.cfg.publish.payload_size);
+            let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, quiet.clone(), drivers_stop.clone());
+            ctx.faults.clone_from(&faults);
+            ctx.ops = ops.clone();
+            Arc::new(ctx)
+        })
+        .collect();
+    let first = ctxs[0].clone();
     let composer = spec.composer;
 
+    if let Some(addr) = first.cfg.report.metrics {
+        crate::metrics::serve(addr).map_err(|e| NotRun::Setup(e.to_string()))?;
+    }
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(progress(ctx.clone(), started));
-    if let Err(e) = setup(&ctx, composer.is_none()).await {
-        let _ = drivers::stop(&ctx, tasks).await;
+    tasks.spawn(progress(ctxs.clone(), started));
+    if let Some(path) = spec.timeline.clone() {
+        tasks.spawn(crate::timeline::record(ctxs.clone(), started, path));
+    }
+    if first.cfg.report.metrics.is_some() {
+        // Not one of the drivers: it goes on through the final verification.
+        tokio::spawn(crate::metrics::export(ctxs.clone()));
+    }
+    if let Err(e) = setup(&ctxs, composer.is_none()).await {
+        let _ = drivers::stop(&first, tasks).await;
         return Err(e);
     }
-    drivers::spawn_core(&ctx, &mut tasks);
-    if ctx.cfg.durable.enabled {
-        tasks.spawn(drivers::durable::run(ctx.clone(), spec.source.chooser(0xD0AB1E)));
-    }
-    if ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
-        tasks.spawn(operator::run(ctx.clone(), spec.source.chooser(0x5CA1E)));
-    }
-    if let Some(state) = &composer {
-        tasks.spawn(records::record_while_running(ctx.clone(), state.clone()));
+    for (i, ctx) in ctxs.iter().enumerate() {
+        // Stream 0 draws as a run of one stream does, so a seed means what it meant.
+        let salt = (i as u64) << 32;
+        drivers::spawn_core(ctx, &mut tasks);
+        if ctx.cfg.durable.enabled {
+            tasks.spawn(drivers::on_stream(ctx, drivers::durable::run(ctx.clone(), spec.source.chooser(0xD0AB1E ^ salt))));
+        }
+        if ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
+            tasks.spawn(drivers::on_stream(ctx, operator::run(ctx.clone(), spec.source.chooser(0x5CA1E ^ salt))));
+        }
+        if let Some(state) = &composer {
+            tasks.spawn(drivers::on_stream(ctx, records::record_while_running(ctx.clone(), state.clone())));
+        }
     }
     if let Some(injector) = spec.injector {
         // Joined with the drivers, so every fault is healed before the final verification.
-        tasks.spawn(injector.run(ctx.cancel.clone(), ctx.live.quiet.subscribe(), started, ctx.view.clone()));
+        // Its strikes aim at the first stream's roles; what destroys data waits for every
+        // stream's copies.
+        let others = ctxs[1..].iter().map(|c| c.view.clone()).collect();
+        tasks.spawn(injector.with_stream(&first.stream).guarding(others).run(drivers_stop.clone(), quiet.subscribe(), started, first.view.clone()));
     }
 
     tokio::select! {
@@ -92,30 +190,38 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         _ = stop.cancelled() => tracing::info!("stop requested; stopping drivers"),
     }
     // A driver's error is logged; the final verification still runs.
-    let _ = drivers::stop(&ctx, tasks).await;
-    let quiet = ctx.live.quiet.summary(started);
+    let _ = drivers::stop(&first, tasks).await;
+    let quiet = quiet.summary(started);
 
     if let Some(state) = &composer {
-        if let Err(e) = records::record(&ctx, state, true) {
+        // A composer driver drives one stream (validated).
+        if let Err(e) = records::record(&first, state, true) {
             tracing::error!("cannot record the run in {}: {e:#}", state.0.display());
         }
-        let check = if ctx.cfg.composer.retire_verified { Some(records::check_and_retire(&ctx, state).await) } else { None };
-        return Ok(Finished { elapsed: started.elapsed(), ctx, check, suspicions_at_stop: Vec::new(), quiet });
+        let check = if first.cfg.composer.retire_verified { Some(records::check_and_retire(&first, state).await) } else { None };
+        let done = StreamDone { ctx: first, check, suspicions_at_stop: Vec::new() };
+        return Ok(Finished { elapsed: started.elapsed(), streams: vec![done], quiet });
     }
-    let open = ctx.suspicions.take();
-    if !open.is_empty() {
-        tracing::info!(?open, "suspicions open when the drivers stopped: the final verification answers them");
-    }
-    let check = final_verification(&ctx, true, true).await;
-    let suspicions_at_stop = check.answer(open);
-    Ok(Finished { elapsed: started.elapsed(), ctx, check: Some(check), suspicions_at_stop, quiet })
+    // Every stream's final verification at once: each waits for its own settle and read.
+    let streams = futures::future::join_all(ctxs.into_iter().map(|ctx| async move {
+        let open = ctx.suspicions.take();
+        if !open.is_empty() {
+            tracing::info!(stream = %ctx.stream, ?open, "suspicions open when the drivers stopped: the final verification answers them");
+        }
+        let check = sdk::on_stream(ctx.stream.clone(), final_verification(&ctx, true, true)).await;
+        let suspicions_at_stop = check.answer(open);
+        StreamDone { ctx, check: Some(check), suspicions_at_stop }
+    }))
+    .await;
+    Ok(Finished { elapsed: started.elapsed(), streams, quiet })
 }
 
-/// The cluster reached and ready, and the run's stream created. For `workload run` and
+/// The cluster reached and ready, and the run's streams created. For `workload run` and
 /// `local` this is first contact: failing is "could not be carried out". A composer driver
 /// starts under faults against a cluster the entrypoint already found ready, so failing
 /// there is `cluster-eventually-healthy` failing (reported), then `Stopped`.
-async fn setup(ctx: &Ctx, first: bool) -> Result<(), NotRun> {
+async fn setup(ctxs: &[Arc<Ctx>], first: bool) -> Result<(), NotRun> {
+    let ctx = &ctxs[0];
     let client = if first {
         first_contact(ctx).await.map_err(NotRun::Setup)?
     } else {
@@ -125,33 +231,43 @@ async fn setup(ctx: &Ctx, first: bool) -> Result<(), NotRun> {
         ctx.connect("setup").await.map_err(|_| NotRun::Stopped)?
     };
     let replicas = ctx.cfg.stream.initial_replicas.min(ctx.cluster.size).max(1);
-    let config = jsapi::stream_config(&ctx.stream, &ctx.subject, replicas, ctx.cfg.stream.duplicate_window);
-    let create = || jsapi::create_stream(&client, &config, ctx.api_timeout());
-    if first {
-        let window = ctx.cfg.liveness.window;
-        ctx.live.attempt("create stream", &ctx.cancel, create).await.map_err(|e| NotRun::Setup(format!("cannot create the stream {} within {window:?}: {e}", ctx.stream)))?;
-    } else if ctx.live.retry("create stream", Property::ClusterEventuallyHealthy, &ctx.cancel, create).await.is_none() {
-        return Err(NotRun::Stopped);
+    for ctx in ctxs {
+        let config = jsapi::stream_config(&ctx.stream, &ctx.subject, replicas, ctx.cfg.stream.duplicate_window);
+        let create = || jsapi::create_stream(&client, &config, ctx.api_timeout());
+        if first {
+            let window = ctx.cfg.liveness.window;
+            ctx.live.attempt("create stream", &ctx.cancel, create).await.map_err(|e| NotRun::Setup(format!("cannot create the stream {} within {window:?}: {e}", ctx.stream)))?;
+        } else if ctx.live.retry("create stream", Property::ClusterEventuallyHealthy, &ctx.cancel, create).await.is_none() {
+            return Err(NotRun::Stopped);
+        }
+        ctx.stats.replicas.store(replicas as u64, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(stream = %ctx.stream, replicas, "stream created");
     }
-    ctx.stats.replicas.store(replicas as u64, std::sync::atomic::Ordering::Relaxed);
     if first {
-        sdk::setup_complete(&json!({ "stream": ctx.stream, "replicas": replicas, "servers": ctx.cluster.servers }));
+        let mut details = json!({ "stream": ctx.stream, "replicas": replicas, "servers": ctx.cluster.servers });
+        if ctxs.len() > 1 {
+            details["streams"] = json!(ctxs.iter().map(|c| &c.stream).collect::<Vec<_>>());
+        }
+        sdk::setup_complete(&details);
     }
-    tracing::info!(stream = %ctx.stream, replicas, "stream created");
     Ok(())
 }
 
-/// A progress line every `report.progress_interval`.
-async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
+/// A progress line every `report.progress_interval`: totals over the streams, and the
+/// slowest stream's when there are several.
+async fn progress(ctxs: Vec<Arc<Ctx>>, started: Instant) -> anyhow::Result<()> {
+    let ctx = &ctxs[0];
     let every = ctx.cfg.report.progress_interval;
     let (mut acked0, mut verified0) = (0, 0);
+    let mut persisting = crate::logs::Persisting::default();
+    let total = |counter: fn(&Stats) -> &std::sync::atomic::AtomicU64| ctxs.iter().map(|c| Stats::get(counter(&c.stats))).sum::<u64>();
     loop {
         tokio::select! {
             _ = ctx.cancel.cancelled() => return Ok(()),
             _ = tokio::time::sleep(every) => {}
         }
         let s = &ctx.stats;
-        let (acked, verified) = (Stats::get(&s.acked), Stats::get(&s.verified));
+        let (acked, verified) = (total(|s| &s.acked), total(|s| &s.verified));
         let rss = rss_mib();
         if let Some(kib) = rss.map(|m| (m * 1024.0) as u64) {
             let _ = s.rss_kib_first.compare_exchange(0, kib, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed);
@@ -159,27 +275,40 @@ async fn progress(ctx: Arc<Ctx>, started: Instant) -> anyhow::Result<()> {
         }
         let secs = every.as_secs_f64();
         let leader = s.leader.lock().map(|l| l.clone()).unwrap_or_default();
+        let slowest = match slowest(&ctxs) {
+            Some(c) if ctxs.len() > 1 => format!(" slowest={} acked={} lag={}", c.stream, Stats::get(&c.stats.acked), c.stats.lag()),
+            _ => String::new(),
+        };
         tracing::info!(
-            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} faults={} quiet={} failed={} client_errors={} rss={}MiB",
+            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} faults={} quiet={} failed={} client_errors={} rss={}MiB{}",
             started.elapsed().as_secs_f64(),
             acked,
             (acked - acked0) as f64 / secs,
             verified,
             (verified - verified0) as f64 / secs,
-            Stats::get(&s.last_acked_seq).saturating_sub(verified),
+            ctxs.iter().map(|c| c.stats.lag()).sum::<u64>(),
             Stats::get(&s.replicas),
             leader,
-            Stats::get(&s.rewinds),
-            Stats::get(&s.consumer_recreates),
-            Stats::get(&s.scale_requests),
+            total(|s| &s.rewinds),
+            total(|s| &s.consumer_recreates),
+            total(|s| &s.scale_requests),
             ctx.faults.as_ref().map_or(0, |f| f.starts()),
             ctx.live.quiet.count(),
             sdk::failures_so_far(),
             crate::logs::client_errors(),
             rss.map_or("?".into(), |m| format!("{m:.1}")),
+            slowest,
         );
         (acked0, verified0) = (acked, verified);
+        if let Some(streak) = persisting.look(Instant::now(), crate::logs::client_errors(), ctx.cfg.liveness.window) {
+            tracing::warn!(last = crate::logs::last_client_error(), "the client has logged connection errors for {streak:.0?} without a break");
+        }
     }
+}
+
+/// The stream with the fewest acks so far.
+pub fn slowest(ctxs: &[Arc<Ctx>]) -> Option<&Arc<Ctx>> {
+    ctxs.iter().min_by_key(|c| Stats::get(&c.stats.acked))
 }
 
 /// Resident set size of this process, from /proc.

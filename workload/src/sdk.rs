@@ -19,9 +19,21 @@ pub struct Tally {
     /// Seconds from `init` to the first failure.
     first_failure_s: Mutex<Vec<Option<f64>>>,
     first_unknown: Mutex<Vec<Option<Value>>>,
+    /// A pass (or a hit) of the property went to the SDK: it emits only a call site's first
+    /// pass, so later passes need not reach it (the reader holds three properties per
+    /// message). Numeric guidance always goes: each value is news to Antithesis.
+    passed: Vec<std::sync::atomic::AtomicBool>,
 }
 
 static STARTED: std::sync::LazyLock<std::time::Instant> = std::sync::LazyLock::new(std::time::Instant::now);
+/// When the run began (its drivers' clock, which the fault log and the timeline use too);
+/// until then, the process's start.
+static RUN_STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// First failures are timed from `at` on (the run's start), like faults and the timeline.
+pub fn mark_run_started(at: std::time::Instant) {
+    let _ = RUN_STARTED.set(at);
+}
 
 static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
     let n = Property::ALL.len();
@@ -32,6 +44,7 @@ static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
         first_failure: Mutex::new(vec![None; n]),
         first_failure_s: Mutex::new(vec![None; n]),
         first_unknown: Mutex::new(vec![None; n]),
+        passed: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
     }
 });
 
@@ -43,7 +56,7 @@ pub struct Counts {
     /// Times the question could not be answered at all (see [`unknown`]).
     pub unknown: u64,
     pub first_failure: Option<Value>,
-    /// Seconds from the SDK's start (the process's first moments) to the first failure.
+    /// Seconds from the run's start (see [`mark_run_started`]) to the first failure.
     pub first_failure_s: Option<f64>,
     pub first_unknown: Option<Value>,
 }
@@ -74,6 +87,10 @@ macro_rules! emit_one {
     (sometimes_greater, $e:expr, $msg:expr, $details:expr) => {{
         let (value, threshold) = $e.numbers();
         antithesis_sdk::assert_sometimes_greater_than!(value, threshold, $msg, $details)
+    }};
+    // Never reached under Antithesis: tallied for the report only.
+    (sometimes_local, $e:expr, $msg:expr, $details:expr) => {{
+        let _ = (&$e, $msg, $details);
     }};
     (reachable, $e:expr, $msg:expr, $details:expr) => { if $e.holds() { antithesis_sdk::assert_reachable!($msg, $details) } };
     (unreachable, $e:expr, $msg:expr, $details:expr) => { if $e.holds() { antithesis_sdk::assert_unreachable!($msg, $details) } };
@@ -128,14 +145,47 @@ pub fn above(p: Property, value: u64, threshold: u64, details: &Value) {
     evaluate(p, Eval::Above { value, threshold }, details);
 }
 
+tokio::task_local! {
+    /// The stream the current task works on, when a run drives several: failures and
+    /// unknowns name it in their details.
+    static STREAM: String;
+}
+
+/// Runs `f` as work on `stream`: what it reports failed or unknown names the stream.
+pub fn on_stream<F: std::future::Future>(stream: String, f: F) -> impl std::future::Future<Output = F::Output> {
+    STREAM.scope(stream, f)
+}
+
+/// `details` with the current task's stream added (an object without a "stream" field, or
+/// null); unchanged outside [`on_stream`].
+fn naming_stream(details: &Value) -> std::borrow::Cow<'_, Value> {
+    let Ok(stream) = STREAM.try_with(Clone::clone) else { return std::borrow::Cow::Borrowed(details) };
+    match details {
+        Value::Null => std::borrow::Cow::Owned(serde_json::json!({ "stream": stream })),
+        Value::Object(m) if !m.contains_key("stream") => {
+            let mut m = m.clone();
+            m.insert("stream".into(), Value::String(stream));
+            std::borrow::Cow::Owned(Value::Object(m))
+        }
+        _ => std::borrow::Cow::Borrowed(details),
+    }
+}
+
 fn evaluate(p: Property, e: Eval, details: &Value) {
-    emit(p, e, details);
     let held = e.holds();
     let failed = match p.kind() {
         Kind::Always | Kind::Eventually => !held,
         Kind::Unreachable => held,
         Kind::Sometimes | Kind::Reachable => false,
     };
+    // Only failures carry the stream: a pass is emitted once per property, and this runs
+    // for every message.
+    let details = if failed { naming_stream(details) } else { std::borrow::Cow::Borrowed(details) };
+    let details = details.as_ref();
+    let repeat_pass = held && !failed && matches!(e, Eval::Cond(_)) && TALLY.passed[p.index()].swap(true, Relaxed);
+    if !repeat_pass {
+        emit(p, e, details);
+    }
     if failed {
         let n = TALLY.failed[p.index()].fetch_add(1, Relaxed);
         if n == 0 {
@@ -143,7 +193,8 @@ fn evaluate(p: Property, e: Eval, details: &Value) {
                 f[p.index()] = Some(details.clone());
             }
             if let Ok(mut f) = TALLY.first_failure_s.lock() {
-                f[p.index()] = Some(STARTED.elapsed().as_secs_f64());
+                let origin = RUN_STARTED.get().copied().unwrap_or(*STARTED);
+                f[p.index()] = Some(std::time::Instant::now().saturating_duration_since(origin).as_secs_f64());
             }
         }
         // The first few of each property in full, then a sample, so a flood stays readable.
@@ -159,6 +210,8 @@ fn evaluate(p: Property, e: Eval, details: &Value) {
 /// a check that could not run to its end): neither held nor failed. The run's verdict is
 /// then "unknown" unless something failed. Nothing goes to the SDK: it knows two outcomes.
 pub fn unknown(p: Property, details: &Value) {
+    let details = naming_stream(details);
+    let details = details.as_ref();
     let n = TALLY.unknown[p.index()].fetch_add(1, Relaxed);
     if n == 0 {
         if let Ok(mut f) = TALLY.first_unknown.lock() {

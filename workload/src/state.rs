@@ -45,6 +45,8 @@ pub struct Ctx {
     /// The durable consumer's ledger, handed over when its driver stops (for the final
     /// verification).
     pub durable: Arc<Mutex<Option<properties::durable::DurableLedger>>>,
+    /// Acknowledged sequences a read confirmed gone (for the report's ok / lost / unknown).
+    pub lost: Arc<Mutex<properties::ranges::Ranges>>,
 }
 
 /// The stream and subject of a run.
@@ -71,6 +73,7 @@ impl Ctx {
             faults: None,
             ops: Arc::default(),
             durable: Arc::default(),
+            lost: Arc::default(),
         }
     }
 
@@ -79,6 +82,11 @@ impl Ctx {
     /// retrying after one expired liveness window.
     pub fn with_cancel(&self, cancel: &CancellationToken, give_up: bool) -> Ctx {
         Ctx { cancel: cancel.clone(), live: Liveness { give_up, ..self.live.clone() }, ..self.clone() }
+    }
+
+    /// Acknowledged sequences `from ..= to` were confirmed gone by a read.
+    pub fn record_lost(&self, from: u64, to: u64) {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).insert_range(from, to);
     }
 
     /// API request timeout: long enough for a busy leader, short next to the window.
@@ -202,6 +210,8 @@ stats! {
     /// Retries rejected for a wrong last sequence although the stream held that very
     /// message: the leader's dedup state had not caught up yet.
     dedup_lagged,
+    /// The highest message index sent (acknowledged or not).
+    sent_high,
     /// Messages read and verified by the live consumer.
     verified,
     /// Messages verified by the final full read.
@@ -245,12 +255,53 @@ stats! {
     rss_kib_max,
 }
 
+/// Counters that total to their largest value over several streams, not their sum.
+const TOTAL_BY_MAX: [&str; 5] = ["settle_ms_max", "rss_kib_first", "rss_kib_max", "replicas", "ack_diverged_at"];
+
 impl Stats {
+    /// Acknowledged messages the live reader has not verified yet.
+    pub fn lag(&self) -> u64 {
+        Self::get(&self.last_acked_seq).saturating_sub(Self::get(&self.verified))
+    }
+
+    /// Every counter summed over `all` (the largest for those [`TOTAL_BY_MAX`] names).
+    pub fn total<'a>(all: impl IntoIterator<Item = &'a Stats>) -> Value {
+        let mut total = serde_json::Map::new();
+        for stats in all {
+            let Value::Object(counters) = stats.to_json() else { continue };
+            for (name, v) in counters {
+                let v = v.as_u64().unwrap_or(0);
+                let t = total.entry(name.clone()).or_insert(json!(0));
+                let sum = t.as_u64().unwrap_or(0);
+                *t = json!(if TOTAL_BY_MAX.contains(&name.as_str()) { sum.max(v) } else { sum + v });
+            }
+        }
+        Value::Object(total)
+    }
+
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }
 
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_sum_counts_and_keep_the_largest_level() {
+        let (a, b) = (Stats::default(), Stats::default());
+        for (s, acked, settle, replicas) in [(&a, 10, 500, 3), (&b, 5, 900, 1)] {
+            Stats::add(&s.acked, acked);
+            s.settle_ms_max.store(settle, Relaxed);
+            s.replicas.store(replicas, Relaxed);
+        }
+        let t = Stats::total([&a, &b]);
+        assert_eq!((t["acked"].as_u64(), t["settle_ms_max"].as_u64(), t["replicas"].as_u64()), (Some(15), Some(900), Some(3)));
+        assert_eq!(Stats::total([&a]), a.to_json(), "one stream's totals are its own counters");
     }
 }

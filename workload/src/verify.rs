@@ -67,6 +67,8 @@ pub struct FinalCheck {
     /// Every acknowledged message read back with its content.
     pub read: Outcome,
     pub verified: u64,
+    /// The highest sequence the read got to (read back, or skipped as confirmed gone).
+    pub read_up_to: u64,
     pub read_s: f64,
     pub read_per_s: f64,
     /// Every current replica equal to the leader; absent when no monitoring endpoints.
@@ -96,9 +98,33 @@ impl FinalCheck {
         self.stream == Outcome::Held && self.read == Outcome::Held && [self.replicas, self.durable].iter().all(|o| o.is_none_or(|r| r == Outcome::Held))
     }
 
+    /// The final verification of several streams as one: every question's answers joined
+    /// ([`Outcome::and`]), the counts summed, the read rate over the time all reads took.
+    pub fn joined<'a>(checks: impl IntoIterator<Item = &'a FinalCheck>) -> Option<FinalCheck> {
+        let and = |a: Option<Outcome>, b: Option<Outcome>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.and(b)),
+            (a, b) => a.or(b),
+        };
+        checks.into_iter().cloned().reduce(|a, b| {
+            let (verified, read_s) = (a.verified + b.verified, a.read_s.max(b.read_s));
+            FinalCheck {
+                last_acked: a.last_acked + b.last_acked,
+                healthy: a.healthy && b.healthy,
+                stream: a.stream.and(b.stream),
+                read: a.read.and(b.read),
+                verified,
+                read_up_to: a.read_up_to + b.read_up_to,
+                read_s,
+                read_per_s: verified as f64 / read_s.max(1e-9),
+                replicas: and(a.replicas, b.replicas),
+                durable: and(a.durable, b.durable),
+            }
+        })
+    }
+
     fn unknown(last_acked: u64) -> Self {
         let u = Outcome::Unknown;
-        FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u), durable: None }
+        FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_up_to: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u), durable: None }
     }
 
     /// The answer to a suspicion left open when the drivers stopped.
@@ -146,6 +172,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
     if check.stream == Outcome::Failed && stream_gone(&ctx, &client).await {
         sdk::check(Property::AckedMessageNeverLost, false, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked,
             "observed_by": "final verification: the stream no longer exists, so no acknowledged message can be read back" }));
+        ctx.record_lost(1, last_acked);
         check.read = Outcome::Failed;
         check.replicas = None;
         return check;
@@ -157,6 +184,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
     let started = Instant::now();
     let next = reader::read(&ctx, reader::Until::Seq(last_acked), &ctx.stats.final_verified).await.unwrap_or(0);
     check.verified = Stats::get(&ctx.stats.final_verified);
+    check.read_up_to = next.saturating_sub(1);
     check.read_s = started.elapsed().as_secs_f64();
     check.read_per_s = check.verified as f64 / check.read_s.max(1e-9);
     check.read = if next <= last_acked {
@@ -178,4 +206,24 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
 /// Whether STREAM.INFO says the stream does not exist (now, after a confirmed report).
 async fn stream_gone(ctx: &Ctx, client: &async_nats::Client) -> bool {
     matches!(jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await, Err(e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(read: Outcome, verified: u64, read_s: f64, durable: Option<Outcome>) -> FinalCheck {
+        let h = Outcome::Held;
+        FinalCheck { last_acked: verified, healthy: true, stream: h, read, verified, read_up_to: verified, read_s, read_per_s: 0.0, replicas: Some(h), durable }
+    }
+
+    #[test]
+    fn joined_checks_fail_where_one_failed_and_count_every_stream() {
+        let all = [check(Outcome::Held, 100, 1.0, None), check(Outcome::Failed, 50, 2.0, Some(Outcome::Unknown))];
+        let j = FinalCheck::joined(&all).unwrap();
+        assert_eq!((j.read, j.stream, j.durable, j.replicas), (Outcome::Failed, Outcome::Held, Some(Outcome::Unknown), Some(Outcome::Held)));
+        assert_eq!((j.verified, j.last_acked, j.read_per_s), (150, 150, 75.0), "the reads ran at once: 150 in 2 s");
+        assert!(!j.all_held());
+        assert!(FinalCheck::joined(&[]).is_none());
+    }
 }

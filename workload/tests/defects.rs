@@ -25,8 +25,25 @@ async fn publish_as(h: &Harness, client: &async_nats::Client, msg_id: &str, sum:
     ack.await.unwrap().sequence
 }
 
+/// A defect's API request, asked again while the cluster does not answer (a stream the
+/// driver just rescaled may be electing its leader); a server error ends the test, except
+/// "not found" (message 10037, stream 10059, consumer 10014) for a deletion asked again,
+/// which the unanswered request may have carried out.
 async fn api(client: &async_nats::Client, api: &str, body: serde_json::Value) -> serde_json::Value {
-    jsapi::request(client, api, &body, T).await.unwrap_or_else(|e| panic!("{api}: {e}"))
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut asked = false;
+    loop {
+        match jsapi::request(client, api, &body, T).await {
+            Ok(reply) => return reply,
+            Err(e) if asked && matches!(e.err_code(), Some(jsapi::NO_MESSAGE_FOUND | jsapi::STREAM_NOT_FOUND | workload::drivers::durable::CONSUMER_NOT_FOUND)) => return serde_json::Value::Null,
+            Err(e) if e.err_code().is_none() && std::time::Instant::now() < deadline => {
+                eprintln!("{api}: {e}; asking again");
+                asked = true;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => panic!("{api}: {e}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -41,6 +58,29 @@ async fn deleting_an_acked_message_fails_acked_message_never_lost() {
     // Seen by the monitor (the stream lists 1000 as deleted) or by a read (a gap at 1000).
     let first = &done.property("acked-message-never-lost")["first_failure"];
     assert!(first["missing_from"] == 1000 || first["acked_seqs_missing"] == json!([1000]), "{first}");
+}
+
+/// Two streams in one run: a message deleted from the second fails acked-message-never-lost
+/// naming that stream, and the first is read back whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_message_from_one_of_two_streams_fails_that_stream_and_names_it() {
+    let h = Harness::start("two").await;
+    let child = h.spawn("12s", &["--streams", "2"]);
+    let client = h.client().await;
+    let (first, second) = [0, 1].map(|i| workload::run::names(&workload::run::stream_run_id(&h.run_id, i, 2)).0).into();
+    h.wait_for_stream(&client, &second, 2000).await;
+    api(&client, &format!("STREAM.MSG.DELETE.{second}"), json!({ "seq": 1000 })).await;
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("acked-message-never-lost", &["stream-state-covers-acks"]);
+    let failure = &done.property("acked-message-never-lost")["first_failure"];
+    assert_eq!(failure["stream"], second, "{failure}");
+    let streams = done.report["per_stream"].as_array().unwrap();
+    let of = |name: &str| streams.iter().find(|s| s["stream"] == name).unwrap_or_else(|| panic!("{name} in {streams:?}"));
+    let (a, b) = (of(&first), of(&second));
+    assert_eq!(a["final_check"]["read"], "held", "the other stream is read back whole: {a}");
+    assert!(a["counters"]["final_verified"].as_u64().unwrap() >= 2000, "{a}");
+    assert_eq!((b["final_check"]["read"].as_str(), b["messages"]["lost_ranges"].clone()), (Some("failed"), json!([[1000, 1000]])), "{b}");
+    assert_eq!(done.report["messages"]["lost"], 1, "the totals count it once: {}", done.report["messages"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -302,6 +342,10 @@ async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
     let at = bytes.len() * 3 / 4;
     bytes[at] ^= 0x01;
     std::fs::write(&last_block, bytes).unwrap();
+    // Without its state file the server rebuilds the last block on start, checking every
+    // message's checksum (with it, a kill may leave a state the server trusts as it is, and
+    // the flipped byte goes unread: seen once in CI).
+    let _ = std::fs::remove_file(blocks.join("index.db"));
     let bin = h.cluster.server_bin.clone();
     h.cluster.nodes[i].start(&bin).unwrap();
     h.cluster.wait_healthy(Duration::from_secs(60)).await.unwrap();

@@ -116,6 +116,39 @@ async fn an_older_delivery_inside_one_consumer_fails_read_sequence_gap_free() {
     assert_eq!(first["problem"], "an older stream sequence delivered again inside the same consumer", "{first}");
 }
 
+/// One delivery to the durable consumer carries other bytes than were published for its
+/// sequence (and a checksum matching those bytes); the ordered reader is given the real
+/// message. Only the durable consumer's content check can see it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_delivery_to_the_durable_consumer_fails_durable_content_matches_publish() {
+    let h = Harness::start("durforge").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    let mut done = false;
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        match delivery(&f, &stream) {
+            Some((sseq, consumer, _)) if consumer == "durable" && sseq >= 1000 && !done => {
+                done = true;
+                let forged = vec![7u8; 128];
+                let Frame::Msg { subject, sid, reply, headers, .. } = f else { unreachable!() };
+                let sum = properties::payload::checksum(&forged);
+                let headers = headers.map(|h| {
+                    let text = String::from_utf8_lossy(&h).to_string();
+                    let line = text.lines().find(|l| l.starts_with(properties::payload::CHECKSUM_HEADER)).unwrap_or_default().to_string();
+                    text.replace(&line, &format!("{}: {sum}", properties::payload::CHECKSUM_HEADER)).into_bytes()
+                });
+                vec![Frame::Msg { subject, sid, reply, headers, payload: forged }]
+            }
+            _ => vec![f],
+        }
+    })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
+    done.assert_failed("durable-content-matches-publish", &[]);
+    let first = &done.property("durable-content-matches-publish")["first_failure"];
+    assert!(first["seq"].as_u64().is_some_and(|s| s >= 1000) && first["problems"].as_array().is_some_and(|p| !p.is_empty()), "{first}");
+}
+
 /// The server reports acknowledged message 1000 in its stream info's `state.lost` (what a
 /// store that found damaged blocks on recovery says; no server action here makes a 2.15.1
 /// node say it on demand, its damaged blocks show up as deletes instead). Every later

@@ -33,7 +33,7 @@ pub const NAME: &str = "durable";
 /// How often the consumer's ack floor is looked at.
 const POLL: Duration = Duration::from_secs(2);
 /// The server error code for a consumer that does not exist.
-const CONSUMER_NOT_FOUND: u64 = 10014;
+pub const CONSUMER_NOT_FOUND: u64 = 10014;
 
 pub async fn run(ctx: Arc<Ctx>, mut choose: Chooser) -> anyhow::Result<()> {
     let client = ctx.connect("durable").await?;
@@ -290,7 +290,11 @@ impl FloorJudge {
             return Look::Unanswered;
         }
         let floor = info.pointer("/ack_floor/stream_seq").and_then(Value::as_u64).unwrap_or(0);
-        account_for_absent(ctx, client, ledger, floor).await;
+        if !account_for_absent(ctx, client, ledger, floor).await {
+            // Whether the stream holds what the floor passed could not be learned: a look
+            // that judges nothing (could not observe is not observed wrong).
+            return Look::Unanswered;
+        }
         match ledger.judge_ack_floor(floor) {
             None => {
                 self.floor.reset();
@@ -358,19 +362,18 @@ fn one_server(info: &Value) -> OneServer {
 /// Sequences below the ack floor never delivered: those the stream no longer holds (below
 /// its first sequence, or looked up and absent) and other subjects' messages are accounted
 /// for, so only a message of the run still stored counts as skipped. A bounded number of
-/// look-ups per look.
-async fn account_for_absent(ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger, floor: u64) {
-    let Some(Violation { property: Property::DurableNothingSkipped, details }) = ledger.judge_ack_floor(floor) else { return };
-    let Some(missing) = details["never_delivered"].as_u64() else { return };
-    if let Ok(info) = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await {
-        let first = info.view.state.first_seq;
-        if missing < first {
-            ledger.not_for_it(missing, (first - 1).min(floor));
-        }
+/// look-ups per look. False when a look-up got no answer: the floor cannot be judged now.
+async fn account_for_absent(ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger, floor: u64) -> bool {
+    let Some(Violation { property: Property::DurableNothingSkipped, details }) = ledger.judge_ack_floor(floor) else { return true };
+    let Some(missing) = details["never_delivered"].as_u64() else { return true };
+    match jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await {
+        Ok(info) if missing < info.view.state.first_seq => ledger.not_for_it(missing, (info.view.state.first_seq - 1).min(floor)),
+        Ok(_) => {}
+        Err(_) => return false,
     }
     for _ in 0..100 {
-        let Some(Violation { property: Property::DurableNothingSkipped, details }) = ledger.judge_ack_floor(floor) else { return };
-        let Some(missing) = details["never_delivered"].as_u64() else { return };
+        let Some(Violation { property: Property::DurableNothingSkipped, details }) = ledger.judge_ack_floor(floor) else { return true };
+        let Some(missing) = details["never_delivered"].as_u64() else { return true };
         let found = jsapi::request(client, &format!("STREAM.MSG.GET.{}", ctx.stream), &json!({ "seq": missing }), ctx.api_timeout()).await;
         match found {
             Err(e) if e.err_code() == Some(jsapi::NO_MESSAGE_FOUND) => {
@@ -381,9 +384,12 @@ async fn account_for_absent(ctx: &Ctx, client: &async_nats::Client, ledger: &mut
             Ok(m) if m.pointer("/message/subject").and_then(Value::as_str).is_some_and(|s| s != ctx.subject) => {
                 ledger.not_for_it(missing, missing);
             }
-            _ => return,
+            // The run's message, still stored: passing it is a skip.
+            Ok(_) => return true,
+            Err(_) => return false,
         }
     }
+    false // more to look up than one look does: the next look goes on
 }
 
 fn self_gone(ledger: &DurableLedger) -> Violation {

@@ -13,10 +13,15 @@ use tokio::task::JoinSet;
 /// Starts the publisher, the live reader and the stream monitor on `ctx`; they run until
 /// `ctx.cancel`. The operator is separate: not every caller runs one.
 pub fn spawn_core(ctx: &Arc<Ctx>, tasks: &mut JoinSet<anyhow::Result<()>>) {
-    tasks.spawn(publisher::run(ctx.clone()));
+    tasks.spawn(on_stream(ctx, publisher::run(ctx.clone())));
     let c = ctx.clone();
-    tasks.spawn(async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) });
-    tasks.spawn(monitor::run(ctx.clone()));
+    tasks.spawn(on_stream(ctx, async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) }));
+    tasks.spawn(on_stream(ctx, monitor::run(ctx.clone())));
+}
+
+/// `f` as a driver of `ctx`'s stream: the properties it fails name that stream.
+pub fn on_stream<F: std::future::Future>(ctx: &Ctx, f: F) -> impl std::future::Future<Output = F::Output> {
+    crate::sdk::on_stream(ctx.stream.clone(), f)
 }
 
 /// Cancels `ctx` and waits for every task; the first error is returned.

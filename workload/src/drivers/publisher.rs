@@ -172,6 +172,7 @@ async fn fill(
             .await
             .map_err(|e| Failure { error: e.to_string(), kind: Some(e.kind()) })?;
         in_flight.push_back((index, ack));
+        ctx.stats.sent_high.fetch_max(index, std::sync::atomic::Ordering::Relaxed);
         *next_send += 1;
     }
     Ok(())

@@ -161,6 +161,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                             let last_acked = Stats::get(&ctx.stats.last_acked_seq);
                             sdk::violation(&judge_missing(from, to, lookup, last_acked));
                             if lookup == Lookup::Absent {
+                                ctx.record_lost(from, to.min(last_acked));
                                 verifier.skip_to(to + 1);
                             }
                         }
@@ -190,7 +191,8 @@ fn recreated(ctx: &Ctx, why: &str) {
 /// What a look-up of a sequence found.
 struct Found {
     lookup: Lookup,
-    /// The stream's last sequence when absence was confirmed (if it answered).
+    /// The stream's first and last sequences when absence was confirmed (if it answered).
+    stream_first: Option<u64>,
     stream_last: Option<u64>,
 }
 
@@ -202,11 +204,12 @@ async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Fou
     let mut window = ctx.live.open_question("look up a sequence");
     let found = loop {
         let error = match jsapi::message_present(client, &ctx.stream, seq, ctx.api_timeout()).await {
-            Ok(true) => break Some(Found { lookup: Lookup::Present, stream_last: None }),
+            Ok(true) => break Some(Found { lookup: Lookup::Present, stream_first: None, stream_last: None }),
             Ok(false) => match confirm.observe(ctx.live.now(), true) {
                 Confirmation::Confirmed { .. } => {
                     let info = jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await;
-                    break Some(Found { lookup: Lookup::Absent, stream_last: info.ok().map(|i| i.view.state.last_seq) });
+                    let state = info.ok().map(|i| (i.view.state.first_seq, i.view.state.last_seq));
+                    break Some(Found { lookup: Lookup::Absent, stream_first: state.map(|s| s.0), stream_last: state.map(|s| s.1) });
                 }
                 Confirmation::Pending { ask_quiet } => {
                     ctx.suspicions.open(Suspect::ReadMissing, &json!({ "seq": seq }));
@@ -233,17 +236,30 @@ async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Fou
 }
 
 /// The reader is stuck below `target`: looks its next sequence up. Absent, with the stream
-/// ending before it, means every acknowledged message from there to the target is gone
-/// (reported, and the reader moves past them); absent inside the stream is a hole (one
-/// message lost). Present, or no answer: nothing judged, the consumer is recreated.
+/// ending before it, means every acknowledged message from there to the target is gone;
+/// with the stream starting after it, every one up to the stream's first (reported, and
+/// the reader moves past them: one look-up, not one per message, so a stream reset to empty
+/// under 70k acks is judged at once); absent inside the stream is a hole (one message lost).
+/// Present, or no answer: nothing judged, the consumer is recreated.
 async fn tail_look_up(ctx: &Ctx, client: &async_nats::Client, verifier: &mut ReadVerifier, target: u64) {
     let next = verifier.next_seq();
-    let Some(Found { lookup: Lookup::Absent, stream_last }) = look_up(ctx, client, next).await else { return };
+    let Some(Found { lookup: Lookup::Absent, stream_first, stream_last }) = look_up(ctx, client, next).await else { return };
     let last_acked = Stats::get(&ctx.stats.last_acked_seq);
-    let to = if stream_last.is_some_and(|last| last < next) { target.max(next) } else { next };
+    let mut to = match (stream_first, stream_last) {
+        (_, Some(last)) if last < next => target.max(next),
+        (Some(first), _) if first > next => (first - 1).min(target.max(next)),
+        _ => next,
+    };
+    // One stream info answer says where the stream starts or ends; the range's far end is
+    // confirmed absent like its first message before the whole range is called lost.
+    if to > next && !matches!(look_up(ctx, client, to).await, Some(Found { lookup: Lookup::Absent, .. })) {
+        to = next;
+    }
     let mut v = judge_missing(next, to, Lookup::Absent, last_acked);
+    v.details["stream_first_seq"] = json!(stream_first);
     v.details["stream_last_seq"] = json!(stream_last);
     v.details["observed_by"] = json!("the reader stalled below its target and looked its next sequence up");
     sdk::violation(&v);
+    ctx.record_lost(next, to.min(last_acked));
     verifier.skip_to(to + 1);
 }

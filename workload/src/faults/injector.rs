@@ -12,10 +12,12 @@
 
 use crate::cluster::LocalCluster;
 use crate::config::{Config, FaultKind, Schedule};
+use crate::faults::disk::{self, SnapshotCopies};
 use crate::faults::docker::DockerNodes;
 use crate::round::Round;
 use crate::faults::targets;
 use crate::view::{ClusterView, Role};
+use properties::Property;
 use nix::sys::signal::Signal;
 use crate::random::{Chooser, Source};
 use rand::{seq::SliceRandom, Rng};
@@ -83,10 +85,8 @@ impl FaultLog {
     pub fn summary(&self) -> Value {
         let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
         let name = |v: Value| v.as_str().map(str::to_string).unwrap_or_default();
-        let mut starts: BTreeMap<String, u64> = BTreeMap::new();
         let mut roles: BTreeMap<String, u64> = BTreeMap::new();
         for e in events.iter().filter(|e| e.event == "start") {
-            *starts.entry(name(json!(e.kind))).or_default() += 1;
             for role in e.roles.values().flatten() {
                 *roles.entry(name(json!(role))).or_default() += 1;
             }
@@ -94,7 +94,16 @@ impl FaultLog {
                 *roles.entry("bystander".into()).or_default() += 1;
             }
         }
-        json!({ "starts": starts, "roles_struck": roles, "events": events })
+        json!({ "starts": self.starts_by_kind(), "roles_struck": roles, "events": events })
+    }
+
+    /// Fault starts per kind.
+    pub fn starts_by_kind(&self) -> BTreeMap<String, u64> {
+        let mut starts = BTreeMap::new();
+        for e in self.events.lock().iter().flat_map(|e| e.iter()).filter(|e| e.event == "start") {
+            *starts.entry(json!(e.kind).as_str().unwrap_or_default().to_string()).or_default() += 1;
+        }
+        starts
     }
 
     pub fn starts(&self) -> usize {
@@ -133,12 +142,54 @@ impl Target {
         }
     }
 
+    /// Where node `i`'s store (the server's `store_dir`) is on this machine, if reachable.
+    async fn store(&self, i: usize) -> Option<PathBuf> {
+        match self {
+            Target::Local(c) => Some(c.lock().await.nodes[i].store_dir.clone()),
+            Target::Docker(d) => d.store(i),
+        }
+    }
+
+    /// Node `i`'s monitoring endpoint.
+    async fn monitor_url(&self, i: usize) -> Option<String> {
+        match self {
+            Target::Local(c) => Some(c.lock().await.nodes[i].monitor_url()),
+            Target::Docker(d) => d.monitors.get(i).cloned(),
+        }
+    }
+
+    /// Where the cluster's clients connect (for the system account's requests).
+    async fn client_urls(&self) -> Vec<String> {
+        match self {
+            Target::Local(c) => c.lock().await.client_urls(),
+            Target::Docker(d) => d.servers.clone(),
+        }
+    }
+
+    /// Stops node `i` at once (SIGKILL), for a fault that changes its files or membership.
+    async fn stop(&self, i: usize) -> Result<(), String> {
+        match self {
+            Target::Local(c) => {
+                c.lock().await.nodes[i].kill();
+                Ok(())
+            }
+            Target::Docker(d) => d.stop(i).await,
+        }
+    }
+
     /// Fault types this target can inject.
     async fn supports(&self, kind: FaultKind) -> bool {
         match self {
-            // Network faults need the proxied links.
-            Target::Local(c) => c.lock().await.network.is_some() || !matches!(kind, FaultKind::Isolate | FaultKind::Split | FaultKind::Latency),
-            Target::Docker(_) => DockerNodes::supports(kind),
+            // Network faults need the proxied links, power cuts the power-loss layer.
+            Target::Local(c) => {
+                let c = c.lock().await;
+                match kind {
+                    FaultKind::Isolate | FaultKind::Split | FaultKind::Latency => c.network.is_some(),
+                    FaultKind::PowerLoss | FaultKind::PowerLossAll => !c.disks.is_empty(),
+                    _ => true,
+                }
+            }
+            Target::Docker(d) => d.supports(kind),
         }
     }
 }
@@ -155,8 +206,18 @@ pub struct Injector {
     active: Vec<Active>,
     /// Who does what: targets are drawn from it (empty until a run shares its own).
     view: Arc<ClusterView>,
+    /// The views of a run's other streams: a fault that destroys data waits until each of
+    /// them, too, has two whole copies, and spares their durable consumers' only replicas.
+    guarded: Vec<Arc<ClusterView>>,
     /// A system account connection, for membership faults (made at the first).
     system: Option<async_nats::Client>,
+    /// Quiet requests (while the schedule runs): a fault that takes long to put in place
+    /// (a graceful restart, a membership change) is cut short when one comes.
+    quiet: Option<watch::Receiver<Option<Instant>>>,
+    /// The run's stream, whose files a corruption touches.
+    stream: String,
+    /// Snapshot copies, taken at the start of every fault period, to roll nodes back to.
+    copies: SnapshotCopies,
 }
 
 impl Injector {
@@ -173,7 +234,34 @@ impl Injector {
             log,
             active: Vec::new(),
             view: Arc::default(),
+            guarded: Vec::new(),
             system: None,
+            quiet: None,
+            stream: String::new(),
+            copies: SnapshotCopies::new(std::env::temp_dir().join(format!("workload-snapshots-{}", std::process::id()))),
+        }
+    }
+
+    /// The run's stream (whose files a corruption touches).
+    pub fn with_stream(mut self, stream: &str) -> Self {
+        stream.clone_into(&mut self.stream);
+        self
+    }
+
+    /// Where snapshot copies are kept (default: under the temp dir).
+    pub fn with_snapshot_copies(mut self, dir: PathBuf) -> Self {
+        self.copies = SnapshotCopies::new(dir);
+        self
+    }
+
+    /// Copies every running node's Raft snapshots (for snapshot rollbacks later).
+    pub async fn copy_snapshots(&mut self) {
+        let faulty = self.faulty();
+        for i in (0..self.target.size().await).filter(|i| !faulty.contains(i)) {
+            let (Some(store), name) = (self.target.store(i).await, self.target.names(&[i]).await.remove(0)) else { continue };
+            if let Err(e) = self.copies.take(&name, &store) {
+                tracing::debug!(node = name, "cannot copy the snapshots: {e}");
+            }
         }
     }
 
@@ -186,12 +274,16 @@ impl Injector {
     pub async fn run(mut self, cancel: CancellationToken, mut quiet: watch::Receiver<Option<Instant>>, origin: Instant, view: Arc<ClusterView>) -> anyhow::Result<()> {
         self.origin = origin;
         self.view = view;
+        self.quiet = Some(quiet.clone());
         let mut changes = self.view.peer_changes();
         let f = self.schedule.clone();
         'schedule: while !cancel.is_cancelled() {
             let off = self.between(f.off_min, f.off_max);
             if !self.sleep(off, &cancel, &mut quiet).await {
                 break;
+            }
+            if f.kinds.contains(&FaultKind::SnapshotRollback) {
+                self.copy_snapshots().await;
             }
             let on_end = Instant::now() + self.between(f.on_min, f.on_max);
             changes.mark_unchanged();
@@ -281,15 +373,33 @@ impl Injector {
         self
     }
 
-    /// A membership change wipes a server's copy of the stream: only one at a time, with
-    /// the system account, and only while the stream has settled at two replicas or more
-    /// and at least two copies, each read from its own node, hold everything the leader
-    /// holds, so a whole copy survives whichever server is wiped.
-    fn membership_allowed(&self) -> bool {
-        self.cfg.operator.system_account().is_some()
-            && !self.active.iter().any(|a| a.kind == FaultKind::Membership)
-            && self.view.settled_with_copies(2)
-            && self.view.complete_copies() >= 2
+    /// Guards the copies of a run's other streams too (see `guarded`).
+    pub fn guarding(mut self, views: Vec<Arc<ClusterView>>) -> Self {
+        self.guarded = views;
+        self
+    }
+
+    /// Every stream's view: the targeted one first.
+    fn views(&self) -> impl Iterator<Item = &Arc<ClusterView>> {
+        std::iter::once(&self.view).chain(&self.guarded)
+    }
+
+    /// Every stream's copies are about to be damaged: looks at them begun before count for
+    /// nothing.
+    fn wiping(&self) {
+        self.views().for_each(|v| v.wiping());
+    }
+
+    /// A membership change wipes a server's copy of the stream, a disk fault damages it:
+    /// only one such fault at a time (a membership change with the system account), and
+    /// only while the stream (every stream of the run) has settled at the kind's
+    /// [`FaultKind::min_replicas`] or more and at least two copies, each read from its own
+    /// node, hold everything the leader holds, so a whole copy survives whichever server is
+    /// struck.
+    fn destroying_allowed(&self, kind: FaultKind) -> bool {
+        (kind != FaultKind::Membership || self.cfg.operator.system_account().is_some())
+            && !self.active.iter().any(|a| a.kind.destroys_data())
+            && self.views().all(|v| v.settled_with_copies(kind.min_replicas()) && v.complete_copies() >= 2)
     }
 
     fn faulty(&self) -> Vec<usize> {
@@ -311,20 +421,24 @@ impl Injector {
         }
         let mut allowed = Vec::new();
         for &k in &self.schedule.kinds {
-            if self.target.supports(k).await && (k != FaultKind::Membership || self.membership_allowed()) {
+            let room = k != FaultKind::PowerLossAll || faulty.is_empty();
+            if room && self.target.supports(k).await && (!k.destroys_data() || self.destroying_allowed(k)) {
                 allowed.push(k);
             }
         }
         let Some(kind) = self.round.next(&mut self.rng, |k| allowed.contains(&k)) else { return Vec::new() };
         let names = self.target.names(&healthy).await;
-        // Removing the server of the durable consumer's only replica would destroy the
-        // consumer: 2.15.1 then leaves it leaderless for good, and every migration of its
-        // stream waits for it.
-        let spared = if kind == FaultKind::Membership { self.view.durable_sole() } else { None };
+        // Removing (or damaging) the server of the durable consumer's only replica would
+        // destroy the consumer: 2.15.1 then leaves it leaderless for good, and every
+        // migration of its stream waits for it.
+        let spared: Vec<String> = if kind.destroys_data() { self.views().filter_map(|v| v.durable_sole()).collect() } else { Vec::new() };
         let candidates: Vec<(usize, Vec<Role>)> =
-            healthy.iter().zip(&names).filter(|(_, name)| spared.as_ref() != Some(*name)).map(|(i, name)| (*i, self.view.roles(name))).collect();
+            healthy.iter().zip(&names).filter(|(_, name)| !spared.contains(name)).map(|(i, name)| (*i, self.view.roles(name))).collect();
         let Some(first) = targets::pick(&mut self.rng, &candidates, self.schedule.target_bias, prefer) else { return Vec::new() };
         let mut nodes = vec![first];
+        if kind == FaultKind::PowerLossAll {
+            nodes = (0..n).collect();
+        }
         if kind == FaultKind::Split {
             let size = self.rng.gen_range(1..=budget.min(healthy.len()).min((n - 1) / 2).max(1));
             let others: Vec<usize> = healthy.iter().copied().filter(|i| *i != first).collect();
@@ -338,9 +452,15 @@ impl Injector {
 
     /// Puts a fault in place; returns what the log should show (pids, links).
     async fn apply(&mut self, kind: FaultKind, nodes: &[usize]) -> Value {
+        match kind {
+            FaultKind::Membership => return self.membership(nodes[0]).await,
+            FaultKind::Corrupt | FaultKind::SnapshotRollback => return self.damage(kind, nodes[0]).await,
+            FaultKind::PowerLoss | FaultKind::PowerLossAll => return self.cut_power(nodes).await,
+            _ => {}
+        }
         let lame_duck = self.rng.gen_bool(0.5);
         let cluster = match &mut self.target {
-            Target::Docker(d) => return d.apply(kind, nodes, lame_duck).await,
+            Target::Docker(d) => return d.apply(kind, nodes, lame_duck, self.quiet.clone()).await,
             Target::Local(c) => c.clone(),
         };
         let mut cluster = cluster.lock().await;
@@ -358,9 +478,15 @@ impl Injector {
                 let node = &mut cluster.nodes[i];
                 let before = node.pid();
                 node.signal(sig);
-                node.wait_exit(Duration::from_secs(30)).await;
+                // A lame-duck server takes its lame_duck_duration to leave: a quiet request
+                // meanwhile cuts that short (a kill) rather than wait for it.
+                let cut_short = tokio::select! {
+                    _ = node.wait_exit(Duration::from_secs(30)) => false,
+                    _ = quiet_asked(self.quiet.clone()) => true,
+                };
+                node.kill();
                 let started = node.start(&bin).map_err(|e| e.to_string());
-                json!({ "how": if lame_duck { "lame-duck" } else { "sigterm" }, "pid_before": before, "pid_after": node.pid(), "error": started.err() })
+                json!({ "how": if lame_duck { "lame-duck" } else { "sigterm" }, "pid_before": before, "pid_after": node.pid(), "error": started.err(), "cut_short_by_quiet": cut_short })
             }
             FaultKind::Isolate | FaultKind::Split => {
                 let Some(net) = &cluster.network else { return Value::Null };
@@ -374,22 +500,76 @@ impl Injector {
                 net.links_of(i).iter().for_each(|l| l.delay(d));
                 json!({ "latency_ms": d.as_millis() as u64 })
             }
-            FaultKind::Membership => {
-                self.view.wiping();
-                let node = &mut cluster.nodes[i];
-                let old = node.name.clone();
-                node.kill();
-                // Only a server the meta group let go may come back wiped under a new name;
-                // otherwise the dead name would stay a member for good, and the fault is a kill.
-                match self.remove_server(&old, &cluster.client_urls()).await {
-                    Ok(()) => match cluster.nodes[i].wipe_and_rename() {
-                        Ok(new) => json!({ "removed": old, "rejoins_as": new }),
-                        Err(e) => json!({ "removed": old, "error": e.to_string() }),
-                    },
-                    Err(e) => json!({ "not_removed": old, "error": e, "rejoins_as": old }),
-                }
+            // Carried out by `membership`, `damage` and `cut_power` before this match.
+            FaultKind::Membership | FaultKind::Corrupt | FaultKind::SnapshotRollback | FaultKind::PowerLoss | FaultKind::PowerLossAll => Value::Null,
+        }
+    }
+
+    /// Stops node `i`, removes it from the meta group, wipes its data and names it anew
+    /// (it is started again when the fault ends). Only a server the meta group let go may
+    /// come back wiped under a new name; otherwise the dead name would stay a member for
+    /// good, and the fault is a kill.
+    async fn membership(&mut self, i: usize) -> Value {
+        self.wiping();
+        let old = self.target.names(&[i]).await.remove(0);
+        if let Err(e) = self.target.stop(i).await {
+            return json!({ "not_removed": old, "error": e, "rejoins_as": old });
+        }
+        let servers = self.target.client_urls().await;
+        if let Err(e) = self.remove_server(&old, &servers).await {
+            return json!({ "not_removed": old, "error": e, "rejoins_as": old });
+        }
+        let renamed = match &mut self.target {
+            Target::Local(c) => c.lock().await.nodes[i].wipe_and_rename(),
+            Target::Docker(d) => d.wipe_and_rename(i),
+        };
+        match renamed {
+            Ok(new) => json!({ "removed": old, "rejoins_as": new }),
+            Err(e) => json!({ "removed": old, "error": e.to_string() }),
+        }
+    }
+
+    /// Stops node `i` and damages its store: a corruption of one of the stream's files, or
+    /// its snapshots rolled back to the last copy (it is started again when the fault ends).
+    async fn damage(&mut self, kind: FaultKind, i: usize) -> Value {
+        self.wiping();
+        let name = self.target.names(&[i]).await.remove(0);
+        let Some(store) = self.target.store(i).await else { return json!({ "error": "the node's store is not reachable from here" }) };
+        if let Err(e) = self.target.stop(i).await {
+            return json!({ "error": e });
+        }
+        let touched = if kind == FaultKind::Corrupt { disk::corrupt(&store, &self.stream, &mut self.rng) } else { self.copies.roll_back(&name, &store) };
+        match touched {
+            Ok(touched) => {
+                let details = json!({ "kind": kind, "node": name, "touched": touched });
+                crate::sdk::check(Property::DiskFaultHitAStreamFile, touched.iter().any(|t| t.stream_file), &details);
+                json!({ "touched": touched })
+            }
+            Err(e) => json!({ "error": e.to_string() }),
+        }
+    }
+
+    /// A power cut on `nodes` (local, on the power-loss layer): each killed, then every
+    /// write it had not fsynced thrown away (they are started again when the fault ends).
+    async fn cut_power(&mut self, nodes: &[usize]) -> Value {
+        let Target::Local(c) = &self.target else { return json!({ "error": "power cuts need the local power-loss layer" }) };
+        self.wiping();
+        let mut cluster = c.lock().await;
+        let mut lost = BTreeMap::new();
+        for &i in nodes {
+            cluster.nodes[i].kill();
+        }
+        for &i in nodes {
+            if let Some(disk) = cluster.disks.get(i) {
+                lost.insert(cluster.nodes[i].name.clone(), disk.lose_unsynced());
             }
         }
+        drop(cluster);
+        let stream_dir = format!("streams/{}/", self.stream);
+        let hit = lost.values().flat_map(|l| &l.files).any(|f| f.contains(&stream_dir) || f.contains("_js_/S-"));
+        let details = json!({ "nodes": nodes, "lost": lost });
+        crate::sdk::check(Property::DiskFaultHitAStreamFile, hit, &details);
+        json!({ "lost": lost })
     }
 
     /// `$JS.API.SERVER.REMOVE` for the stopped server `name`, through the system account;
@@ -406,28 +586,66 @@ impl Injector {
                 Ok(_) => return Ok(()),
                 Err(e) => last = e.to_string(),
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            // Between tries only: a request already sent may still take effect.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = quiet_asked(self.quiet.clone()) => return Err(format!("{last}; a quiet period was requested")),
+            }
         }
         Err(last)
     }
 
     /// Ends one fault: restart, resume or heal.
     async fn end(&mut self, a: Active) {
-        let cluster = match &mut self.target {
-            Target::Docker(d) => {
-                let detail = d.end(a.kind, &a.nodes).await;
-                return self.record("end", a.kind, &a.nodes, detail).await;
-            }
-            Target::Local(c) => c.clone(),
+        let detail = match &mut self.target {
+            Target::Docker(d) => d.end(a.kind, &a.nodes).await,
+            Target::Local(c) => Self::end_local(&c.clone(), &a).await,
         };
-        let detail = {
+        self.record("end", a.kind, &a.nodes, detail).await;
+        if matches!(a.kind, FaultKind::Corrupt | FaultKind::SnapshotRollback) || a.kind.cuts_power() {
+            for &i in &a.nodes {
+                self.watch_come_back(i).await;
+            }
+        }
+    }
+
+    /// Whether a node whose files were damaged answers healthy again within a liveness
+    /// window (judged in the background: the schedule goes on).
+    async fn watch_come_back(&self, i: usize) {
+        let (Some(url), name) = (self.target.monitor_url(i).await, self.target.names(&[i]).await.remove(0)) else { return };
+        let window = self.cfg.liveness.window;
+        tokio::spawn(async move {
+            let (http, started) = (crate::cluster::http_client(), Instant::now());
+            let mut last = Vec::new();
+            while started.elapsed() < window {
+                last = crate::cluster::unhealthy(&http, std::slice::from_ref(&url)).await;
+                if last.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            let details = json!({ "node": name, "after_s": started.elapsed().as_secs_f64(), "last_problem": last });
+            crate::sdk::check(Property::NodeCameBackAfterDiskFault, last.is_empty(), &details);
+        });
+    }
+
+    async fn end_local(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>, a: &Active) -> Value {
+        {
             let mut cluster = cluster.lock().await;
             let bin = cluster.server_bin.clone();
             match a.kind {
-                FaultKind::Kill | FaultKind::Membership => {
+                FaultKind::Kill | FaultKind::Membership | FaultKind::Corrupt | FaultKind::SnapshotRollback | FaultKind::PowerLoss => {
                     let node = &mut cluster.nodes[a.nodes[0]];
                     let started = node.start(&bin).map_err(|e| e.to_string());
                     json!({ "pid": node.pid(), "error": started.err() })
+                }
+                FaultKind::PowerLossAll => {
+                    let started: Vec<Value> = a.nodes.iter().map(|&i| {
+                        let node = &mut cluster.nodes[i];
+                        let started = node.start(&bin).map_err(|e| e.to_string());
+                        json!({ "node": node.name, "pid": node.pid(), "error": started.err() })
+                    }).collect();
+                    json!({ "started": started })
                 }
                 FaultKind::Pause => json!({ "resumed": cluster.nodes[a.nodes[0]].signal(Signal::SIGCONT) }),
                 FaultKind::Restart => Value::Null,
@@ -444,8 +662,7 @@ impl Injector {
                     Value::Null
                 }
             }
-        };
-        self.record("end", a.kind, &a.nodes, detail).await;
+        }
     }
 
     /// Ends every fault whose time is up; how many.
@@ -495,4 +712,15 @@ impl Injector {
 
 fn quiet_until(quiet: &watch::Receiver<Option<Instant>>) -> Option<Instant> {
     (*quiet.borrow()).filter(|q| *q > Instant::now())
+}
+
+/// Resolves once a quiet period is requested (at once if one is in force); never without
+/// a receiver.
+pub async fn quiet_asked(quiet: Option<watch::Receiver<Option<Instant>>>) {
+    let Some(mut quiet) = quiet else { return std::future::pending().await };
+    while quiet_until(&quiet).is_none() {
+        if quiet.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
 }

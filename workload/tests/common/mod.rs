@@ -64,6 +64,87 @@ impl Finished {
     }
 }
 
+/// A property's first failure in a report (null when it never failed or is not listed).
+fn first_failure(report: &Value, id: &str) -> Value {
+    report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).map(|p| p["first_failure"].clone()).unwrap_or(Value::Null)
+}
+
+/// A run on a correct build of the workload must pass, except for the 2.15.1 server
+/// problems the README describes, which the run reports as it must and which are not the
+/// workload's to fix: a message id stuck "in process" (`publish-eventually-acked` failed
+/// with 10158, and the operations stuck behind it), a durable consumer's ack floor
+/// passing a message it never delivered (`durable-nothing-skipped`, naming the message),
+/// and a corrupted copy kept ([`corrupted_copy_kept`]).
+/// Each is printed with its details; anything else fails the test.
+pub fn assert_passes_but_known_server_issues(report: &Value, log: &str) {
+    if report["verdict"] == "pass" {
+        return;
+    }
+    if corrupted_copy_kept(report) {
+        eprintln!("known 2.15.1 issue: one node's corrupted stream file left a copy with a hole: {}", report["properties"]);
+        return;
+    }
+    let failed: Vec<&str> = report["failed"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+    let stuck_error = first_failure(report, "publish-eventually-acked")["last_error"].as_str().unwrap_or_default().contains("10158");
+    let behind_stuck = |f: &str| matches!(f, "publish-eventually-acked" | "scale-eventually-settles" | "move-eventually-settles" | "peer-removal-eventually-replaced" | "stepdown-eventually-elects");
+    let skipped = first_failure(report, "durable-nothing-skipped");
+    let known = |f: &str| (stuck_error && behind_stuck(f)) || (f == "durable-nothing-skipped" && skipped["never_delivered"].is_u64());
+    assert!(!failed.is_empty() && failed.iter().all(|f| known(f)), "verdict {}; failed {:?}\n{log}", report["verdict"], failed);
+    if stuck_error {
+        eprintln!("known 2.15.1 issue: a message id stayed 'in process' for a whole window: {}", first_failure(report, "publish-eventually-acked"));
+    }
+    if failed.contains(&"durable-nothing-skipped") {
+        eprintln!("known 2.15.1 issue: a durable consumer's ack floor passed a message it never delivered: {skipped}");
+    }
+}
+
+/// README, "A corrupted copy kept, and acknowledged messages lost with it": after a
+/// corruption of one node's stream file, 2.15.1 keeps that node's copy with the damaged
+/// range listed as deleted and never repairs it from the others; the replica comparison
+/// fails; while that node leads the final read misses the range, and an ordered consumer
+/// placed on it skips the range although the leader holds it. Recognised only in that
+/// shape: a corruption happened, nothing failed but the loss, gap and replica properties,
+/// the replica comparison shows one side with interior deletes the other lacks, and a gap
+/// the reader met (if any) was one the stream still held, no longer than that hole.
+pub fn corrupted_copy_kept(report: &Value) -> bool {
+    let failed: Vec<&str> = report["failed"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let allowed = ["acked-message-never-lost", "stream-state-covers-acks", "replicas-agree", "read-sequence-gap-free"];
+    let replicas = first_failure(report, "replicas-agree");
+    let corrupted = report["faults"]["starts"]["corrupt"].as_u64().unwrap_or(0) > 0;
+    let deleted = |side: &str| replicas[side]["num_deleted"].as_u64();
+    let hole = match (deleted("leader"), deleted("replica")) {
+        (Some(l), Some(r)) if l != r => l.abs_diff(r),
+        _ => 0,
+    };
+    let gap = first_failure(report, "read-sequence-gap-free");
+    let gap_in_hole = gap.is_null()
+        || (gap["first_missing_in_stream"] == true
+            && matches!((gap["missing_from"].as_u64(), gap["missing_to"].as_u64()), (Some(from), Some(to)) if to >= from && to - from < hole));
+    corrupted && hole > 0 && gap_in_hole && failed.contains(&"replicas-agree") && failed.iter().all(|f| allowed.contains(f))
+}
+
+/// Runs `workload local <args> --config <config> --out <dir>` to its end (with `env` set);
+/// the report, the log, and the run directory (removed when dropped).
+pub fn local_run(args: &[&str], config: &str, env: &[(&str, &str)]) -> (Value, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("workload.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_workload"))
+        .arg("local")
+        .args(args)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--out")
+        .arg(dir.path())
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    let text = std::fs::read_to_string(dir.path().join("report.json")).unwrap_or_default();
+    let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("no report ({e}): {log}"));
+    (report, log, dir)
+}
+
 impl Harness {
     pub async fn start(name: &str) -> Harness {
         let dir = tempfile::Builder::new().prefix(&format!("wl-{name}-")).tempdir().unwrap();
@@ -175,9 +256,14 @@ impl Harness {
 
     /// Waits until the run's stream exists and holds at least `n` messages.
     pub async fn wait_for_messages(&self, client: &async_nats::Client, n: u64) -> u64 {
+        self.wait_for_stream(client, &self.stream, n).await
+    }
+
+    /// Waits until `stream` exists and holds at least `n` messages.
+    pub async fn wait_for_stream(&self, client: &async_nats::Client, stream: &str, n: u64) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(info) = jsapi::stream_info(client, &self.stream, Duration::from_secs(2)).await {
+            if let Ok(info) = jsapi::stream_info(client, stream, Duration::from_secs(2)).await {
                 if info.view.state.last_seq >= n {
                     return info.view.state.last_seq;
                 }

@@ -9,7 +9,7 @@ use crate::jsapi;
 use crate::random::Chooser;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::{peer_gone, peers, servers_with, OpKind};
+use properties::operations::{has_spare, peer_gone, peers, servers_with, OpKind};
 use properties::Property;
 use serde_json::json;
 
@@ -23,8 +23,9 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
     };
     let holders = peers(&info.view);
     let tags_of = ctx.view.tags_of();
-    // A replacement must exist, or the server rightly refuses ("peer remap failed").
-    let spare = servers_with(&tags_of, &info.view.config.placement.required()).into_iter().any(|s| !holders.iter().any(|h| h == s));
+    // A replacement must exist, or the server rightly refuses ("peer remap failed"), and
+    // beyond any peer the stream already lacks.
+    let spare = has_spare(&servers_with(&tags_of, &info.view.config.placement.required()), &holders, info.view.config.num_replicas);
     // Removing the only replica of an R1 stream is accepted and starts the stream afresh,
     // empty, on another server: the operator would have destroyed the data itself.
     // Evacuation adds the replacement first, so it may take an R1 stream's replica.
