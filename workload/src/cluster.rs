@@ -377,6 +377,21 @@ impl LocalCluster {
         self.nodes.iter_mut().any(|n| n.exited() && fs::read_to_string(&n.log_file).is_ok_and(|l| l.contains("address already in use")))
     }
 
+    /// Nodes whose monitoring port is answered by another server (one that took the port,
+    /// chosen free, before this node bound it: this node is about to exit, and its healthy
+    /// answer must not count). `/varz` names the answering server's client port.
+    async fn impostors(&self, http: &reqwest::Client) -> Vec<String> {
+        let checks = self.nodes.iter().map(|n| async move {
+            let url = format!("{}/varz", n.monitor_url());
+            match get_json(http, &url).await {
+                Ok(v) if v["port"].as_u64() == Some(u64::from(n.client_port)) => None,
+                Ok(v) => Some(format!("{url} (answered by the server with client port {})", v["port"])),
+                Err(e) => Some(e),
+            }
+        });
+        futures::future::join_all(checks).await.into_iter().flatten().collect()
+    }
+
     /// Waits until every node answers `/healthz` with 200, or fails naming the laggards.
     pub async fn wait_healthy(&mut self, timeout: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
@@ -385,9 +400,12 @@ impl LocalCluster {
             if let Some(node) = self.nodes.iter_mut().find_map(|n| n.exited().then_some(&*n)) {
                 bail!("nats-server {} exited during start-up; see {}", node.name, node.log_file.display());
             }
-            let sick = unhealthy(&http, &self.monitor_urls()).await;
+            let mut sick = unhealthy(&http, &self.monitor_urls()).await;
             if sick.is_empty() {
-                return Ok(());
+                sick = self.impostors(&http).await;
+                if sick.is_empty() {
+                    return Ok(());
+                }
             }
             if Instant::now() > deadline {
                 bail!("nodes not healthy after {timeout:?}: {}", sick.join(", "));
