@@ -13,7 +13,8 @@
 //! 4. memory: RSS of the whole workload after 100 k and 1 M verified messages;
 //! 5. detection: time from deleting an acknowledged message to the failing property;
 //! 6. streams: `workload run`'s own path with 1, 2, 4, 8 streams (operator off): acks per
-//!    second in total and of the slowest stream, CPU per 1 000 acks, RSS.
+//!    second in total and of the slowest stream, CPU per 1 000 acks, RSS; beside it, as many
+//!    raw-with-headers loops at once, each on its own stream, for as long.
 
 use crate::cluster::LocalCluster;
 use crate::config::Config;
@@ -264,30 +265,8 @@ impl Bench {
         let ctx = self.new_stream(self.spec.cfg.clone()).await?;
         let js = jetstream::ContextBuilder::new().timeout(ctx.cfg.publish.ack_timeout).build(ctx.connect("raw").await?);
         spawned(async move {
-            let payload = Bytes::from(vec![b'x'; ctx.cfg.publish.payload_size]);
-            let sum = "0".repeat(64);
             let timer = Timer::start();
-            let (mut in_air, mut sent, mut acked) = (VecDeque::new(), 0u64, 0);
-            while acked < n {
-                while in_air.len() < depth && sent < n {
-                    sent += 1;
-                    let ack = if headers {
-                        let msg = PublishMessage::build()
-                            .message_id(ctx.run.msg_id(sent))
-                            .expected_last_sequence(sent - 1)
-                            .header(CHECKSUM_HEADER, sum.as_str())
-                            .payload(payload.clone());
-                        js.send_publish(ctx.subject.clone(), msg).await?
-                    } else {
-                        js.publish(ctx.subject.clone(), payload.clone()).await?
-                    };
-                    in_air.push_back(ack);
-                }
-                if let Some(ack) = in_air.pop_front() {
-                    ack.await?;
-                    acked += 1;
-                }
-            }
+            raw_loop(&ctx, &js, depth, n, None, headers).await?;
             Ok(timer.sample(n))
         })
         .await
@@ -379,7 +358,7 @@ impl Bench {
     /// per second of driving in total and of the slowest stream, CPU per 1 000 acks, RSS.
     async fn streams(&mut self) -> anyhow::Result<Value> {
         let mut rows = Vec::new();
-        for &n in &self.spec.stream_counts {
+        for n in self.spec.stream_counts.clone() {
             let mut cfg = self.spec.cfg.clone();
             (cfg.stream.count, cfg.stream.initial_replicas, cfg.operator.enabled, cfg.faults.enabled) = (n, 3, false, false);
             self.streams += 1;
@@ -394,8 +373,11 @@ impl Bench {
             let total: u64 = acked.iter().sum();
             let secs = duration.as_secs_f64();
             let all_held = finished.streams.iter().all(|s| s.check.as_ref().is_some_and(|c| c.all_held()));
+            let raw = self.raw_headers_streams(n, duration).await?;
             rows.push(json!({
                 "streams": n,
+                "raw_headers_acked_per_s": (raw as f64 / secs).round(),
+                "checked_vs_raw_headers": ((total as f64 / raw.max(1) as f64) * 1000.0).round() / 1000.0,
                 "acked_per_s": (total as f64 / secs).round(),
                 "slowest_acked_per_s": (acked.iter().copied().min().unwrap_or(0) as f64 / secs).round(),
                 "cpu_ms_per_1000": (cpu * 1e6 / total.max(1) as f64 * 10.0).round() / 10.0,
@@ -406,6 +388,63 @@ impl Bench {
         }
         Ok(json!(rows))
     }
+
+    /// `n` raw-with-headers loops at once, each on its own stream at the workload's depth,
+    /// for `lasting`: their acks in total (the streams table's other side).
+    async fn raw_headers_streams(&mut self, n: usize, lasting: Duration) -> anyhow::Result<u64> {
+        let depth = self.spec.cfg.publish.in_flight;
+        let mut loops = JoinSet::new();
+        let mut ready = Vec::new();
+        for _ in 0..n {
+            let ctx = self.new_stream(self.spec.cfg.clone()).await?;
+            let js = jetstream::ContextBuilder::new().timeout(ctx.cfg.publish.ack_timeout).build(ctx.connect("raw").await?);
+            ready.push((ctx, js));
+        }
+        let deadline = Instant::now() + lasting;
+        for (ctx, js) in ready {
+            loops.spawn(async move { raw_loop(&ctx, &js, depth, u64::MAX, Some(deadline), true).await });
+        }
+        let mut total = 0;
+        while let Some(acked) = loops.join_next().await {
+            total += acked??;
+        }
+        Ok(total)
+    }
+}
+
+/// Publishes on `ctx`'s stream with `depth` acks in flight until `n` are acked or
+/// `deadline` passes; the acks. With `headers`, every message carries what the workload's
+/// does (its own id, the expected last sequence, a checksum header of the same length),
+/// computed by nobody and checked by nobody.
+async fn raw_loop(ctx: &Ctx, js: &jetstream::Context, depth: usize, n: u64, deadline: Option<Instant>, headers: bool) -> anyhow::Result<u64> {
+    let payload = Bytes::from(vec![b'x'; ctx.cfg.publish.payload_size]);
+    let sum = "0".repeat(64);
+    let (mut in_air, mut sent, mut acked) = (VecDeque::new(), 0u64, 0);
+    while acked < n {
+        let open = deadline.is_none_or(|d| Instant::now() < d);
+        while open && in_air.len() < depth && sent < n {
+            sent += 1;
+            let ack = if headers {
+                let msg = PublishMessage::build()
+                    .message_id(ctx.run.msg_id(sent))
+                    .expected_last_sequence(sent - 1)
+                    .header(CHECKSUM_HEADER, sum.as_str())
+                    .payload(payload.clone());
+                js.send_publish(ctx.subject.clone(), msg).await?
+            } else {
+                js.publish(ctx.subject.clone(), payload.clone()).await?
+            };
+            in_air.push_back(ack);
+        }
+        match in_air.pop_front() {
+            Some(ack) => {
+                ack.await?;
+                acked += 1;
+            }
+            None => break,
+        }
+    }
+    Ok(acked)
 }
 
 /// `f` run as a task of its own, awaited.
@@ -455,8 +494,18 @@ pub fn print(r: &Value) {
     println!("peak rss: {:.1} MiB", f(&r["memory"]["peak_rss_mib"]));
     println!("detection of a deleted acked message: median {:.1} s over {} (confirmation hold {} s)",
         f(&r["detection"]["median_s"]), r["detection"]["samples_s"], r["detection"]["confirmation_hold_s"]);
-    println!("{:>7} {:>10} {:>14} {:>12} {:>9} {:>6}", "streams", "acked/s", "slowest/s", "CPU ms/1000", "RSS MiB", "held");
+    println!("{:>7} {:>14} {:>10} {:>8} {:>14} {:>12} {:>9} {:>6}", "streams", "raw+headers/s", "acked/s", "ratio", "slowest/s", "CPU ms/1000", "RSS MiB", "held");
     for row in r["streams"].as_array().into_iter().flatten() {
-        println!("{:>7} {:>10.0} {:>14.0} {:>12.1} {:>9.1} {:>6}", row["streams"], f(&row["acked_per_s"]), f(&row["slowest_acked_per_s"]), f(&row["cpu_ms_per_1000"]), f(&row["rss_mib"]), row["final_check_held"]);
+        println!(
+            "{:>7} {:>14.0} {:>10.0} {:>8.3} {:>14.0} {:>12.1} {:>9.1} {:>6}",
+            row["streams"],
+            f(&row["raw_headers_acked_per_s"]),
+            f(&row["acked_per_s"]),
+            f(&row["checked_vs_raw_headers"]),
+            f(&row["slowest_acked_per_s"]),
+            f(&row["cpu_ms_per_1000"]),
+            f(&row["rss_mib"]),
+            row["final_check_held"]
+        );
     }
 }

@@ -137,7 +137,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     let ops: Arc<operator::OpTally> = Arc::default();
     let ctxs: Vec<Arc<Ctx>> = (0..n)
         .map(|i| {
-            let run = RunMessages::new(&stream_run_id(&spec.run_id, i, n), spec.seed, spec.cfg.publish.payload_size);
+            let run = RunMessages::new(stream_run_id(&spec.run_id, i, n), spec.seed, spec.cfg.publish.payload_size);
             let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, quiet.clone(), drivers_stop.clone());
             ctx.faults.clone_from(&faults);
             ctx.ops = ops.clone();

@@ -29,6 +29,8 @@ fn smoke_bench_produces_numbers() {
         "/streams/1/acked_per_s",
         "/streams/1/slowest_acked_per_s",
         "/streams/1/cpu_ms_per_1000",
+        "/streams/1/raw_headers_acked_per_s",
+        "/streams/1/checked_vs_raw_headers",
     ] {
         let v = r.pointer(path).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
         assert!(v.is_finite() && v > 0.0, "{path} = {v} in {r}");
