@@ -262,14 +262,20 @@ impl Bench {
     /// side, it runs as a task of its own, as the workload's drivers do (the benchmark's
     /// own future runs on the runtime's blocking thread, where every wake-up costs more).
     async fn raw_publish(&mut self, depth: usize, n: u64, headers: bool) -> anyhow::Result<Sample> {
-        let ctx = self.new_stream(self.spec.cfg.clone()).await?;
-        let js = jetstream::ContextBuilder::new().timeout(ctx.cfg.publish.ack_timeout).build(ctx.connect("raw").await?);
+        let (ctx, js) = self.raw_stream().await?;
         spawned(async move {
             let timer = Timer::start();
             raw_loop(&ctx, &js, depth, n, None, headers).await?;
             Ok(timer.sample(n))
         })
         .await
+    }
+
+    /// A fresh stream and a plain JetStream context of its own for a raw loop.
+    async fn raw_stream(&mut self) -> anyhow::Result<(Arc<Ctx>, jetstream::Context)> {
+        let ctx = self.new_stream(self.spec.cfg.clone()).await?;
+        let js = jetstream::ContextBuilder::new().timeout(ctx.cfg.publish.ack_timeout).build(ctx.connect("raw").await?);
+        Ok((ctx, js))
     }
 
     /// The workload's publisher until it has `n` acks; its sample and context.
@@ -396,9 +402,7 @@ impl Bench {
         let mut loops = JoinSet::new();
         let mut ready = Vec::new();
         for _ in 0..n {
-            let ctx = self.new_stream(self.spec.cfg.clone()).await?;
-            let js = jetstream::ContextBuilder::new().timeout(ctx.cfg.publish.ack_timeout).build(ctx.connect("raw").await?);
-            ready.push((ctx, js));
+            ready.push(self.raw_stream().await?);
         }
         let deadline = Instant::now() + lasting;
         for (ctx, js) in ready {

@@ -164,6 +164,19 @@ impl LazyFs {
         self.volatile.lock().unwrap_or_else(|p| p.into_inner()).remove(rel);
     }
 
+    /// Removes `name` under `parent` from the backing store with `remove` (a file or an
+    /// empty directory) and forgets it.
+    fn remove(&mut self, parent: u64, name: &OsStr, reply: ReplyEmpty, remove: fn(PathBuf) -> io::Result<()>) {
+        let Some(rel) = self.child(parent, name) else { return reply.error(libc::ENOENT) };
+        match remove(self.backing.join(&rel)) {
+            Ok(()) => {
+                self.forget_path(&rel);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
     /// The attributes of `rel`: the backing file's, with the size as written.
     fn attr(&mut self, rel: &Path) -> io::Result<FileAttr> {
         let m = fs::symlink_metadata(self.backing.join(rel))?;
@@ -287,25 +300,11 @@ impl Filesystem for LazyFs {
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        let Some(rel) = self.child(parent, name) else { return reply.error(libc::ENOENT) };
-        match fs::remove_file(self.backing.join(&rel)) {
-            Ok(()) => {
-                self.forget_path(&rel);
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.remove(parent, name, reply, fs::remove_file);
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
-        let Some(rel) = self.child(parent, name) else { return reply.error(libc::ENOENT) };
-        match fs::remove_dir(self.backing.join(&rel)) {
-            Ok(()) => {
-                self.forget_path(&rel);
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        self.remove(parent, name, reply, fs::remove_dir);
     }
 
     fn rename(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
