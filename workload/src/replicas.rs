@@ -50,18 +50,29 @@ impl ReplicaProbe {
         if let Some(r) = cluster.replicas.iter().find(|r| !r.current || r.offline) {
             return ReplicaLook::NotSettled(format!("replica {} not current", r.name));
         }
-        let peers: Vec<&str> = std::iter::once(leader.as_str()).chain(cluster.replicas.iter().map(|r| r.name.as_str())).collect();
+        match self.states(stream, info).await {
+            Ok((leader, followers)) => {
+                let agreement = judge(&leader, &followers, at_rest);
+                ReplicaLook::Compared { leader, followers, agreement }
+            }
+            Err(e) => ReplicaLook::Unobserved(e),
+        }
+    }
+
+    /// What the leader and every replica `info` lists hold, each read from its own node,
+    /// whether or not the leader calls them current.
+    pub async fn states(&mut self, stream: &str, info: &StreamInfoView) -> Result<(ReplicaState, Vec<ReplicaState>), String> {
+        let cluster = info.cluster.as_ref().ok_or("no cluster information")?;
+        let leader = cluster.leader.as_deref().filter(|l| !l.is_empty()).ok_or("no leader")?;
         let mut states = Vec::new();
-        for peer in &peers {
-            match self.state_on(peer, stream).await {
-                Ok(Some(s)) => states.push(s),
-                Ok(None) => return ReplicaLook::Unobserved(format!("{peer} holds no replica of {stream} although the leader lists it")),
-                Err(e) => return ReplicaLook::Unobserved(e),
+        for peer in std::iter::once(leader).chain(cluster.replicas.iter().map(|r| r.name.as_str())) {
+            match self.state_on(peer, stream).await? {
+                Some(s) => states.push(s),
+                None => return Err(format!("{peer} holds no replica of {stream} although the leader lists it")),
             }
         }
         let leader = states.remove(0);
-        let agreement = judge(&leader, &states, at_rest);
-        ReplicaLook::Compared { leader, followers: states, agreement }
+        Ok((leader, states))
     }
 
     /// Each peer `info` lists (leader and replicas) with the last sequence its own node
