@@ -156,6 +156,20 @@ pub fn judge_missing(from: u64, to: u64, first: Lookup, last_acked_seq: u64) -> 
     }
 }
 
+/// The far end of a range judged missing at once: the reader, stuck at `next` below
+/// `target`, found `next` absent, and the stream then said it holds `stream_first..=
+/// stream_last`. Ending before `next`: everything up to the target is gone. Starting after
+/// it: everything up to the stream's first sequence (one judgment, not one per message, so
+/// a stream reset to empty under many acks is judged at once). Otherwise (inside the
+/// stream, or no answer): `next` alone, a hole.
+pub fn missing_to(next: u64, target: u64, stream_first: Option<u64>, stream_last: Option<u64>) -> u64 {
+    match (stream_first, stream_last) {
+        (_, Some(last)) if last < next => target.max(next),
+        (Some(first), _) if first > next => (first - 1).min(target.max(next)),
+        _ => next,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +229,18 @@ mod tests {
         assert_eq!(judge_missing(4, 6, Lookup::Present, 10).property, Property::ReadSequenceGapFree);
         assert_eq!(judge_missing(4, 6, Lookup::Absent, 10).property, Property::AckedMessageNeverLost);
         assert_eq!(judge_missing(11, 12, Lookup::Absent, 10).property, Property::ReadSequenceGapFree);
+    }
+
+    #[test]
+    fn a_missing_range_ends_where_the_stream_says() {
+        // 2.10.25, 2026-12-01: the stream reset, first sequence 68,599 under 68,894 acks.
+        assert_eq!(missing_to(1, 68_894, Some(68_599), Some(68_598)), 68_598);
+        assert_eq!(missing_to(1, 68_894, Some(68_599), Some(70_000)), 68_598, "the range stops before the first message held");
+        assert_eq!(missing_to(500, 900, Some(1), Some(499)), 900, "a stream ending before the reader: all up to the target");
+        assert_eq!(missing_to(500, 900, Some(1), Some(1_000)), 500, "inside the stream: one hole");
+        assert_eq!(missing_to(500, 900, None, None), 500, "no stream info: one message only");
+        assert_eq!(missing_to(500, 400, Some(1), Some(499)), 500, "a target below the reader never shrinks the range below next");
+        assert_eq!(missing_to(500, 520, Some(600), None), 520, "never past the target");
     }
 
     proptest! {

@@ -15,7 +15,7 @@ use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::Deliv
 use futures::StreamExt;
 use properties::confirm::{Confirm, Confirmation};
 use properties::payload::{CHECKSUM_HEADER, MSG_ID_HEADER};
-use properties::read::{judge_missing, Lookup, ReadOutcome, ReadVerifier};
+use properties::read::{judge_missing, missing_to, Lookup, ReadOutcome, ReadVerifier};
 use properties::Property;
 use serde_json::json;
 use std::sync::atomic::AtomicU64;
@@ -235,21 +235,14 @@ async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Fou
     found
 }
 
-/// The reader is stuck below `target`: looks its next sequence up. Absent, with the stream
-/// ending before it, means every acknowledged message from there to the target is gone;
-/// with the stream starting after it, every one up to the stream's first (reported, and
-/// the reader moves past them: one look-up, not one per message, so a stream reset to empty
-/// under 70k acks is judged at once); absent inside the stream is a hole (one message lost).
-/// Present, or no answer: nothing judged, the consumer is recreated.
+/// The reader is stuck below `target`: looks its next sequence up. Absent: the range
+/// [`missing_to`] gives is reported lost (or skipped, above the last ack) and the reader
+/// moves past it. Present, or no answer: nothing judged, the consumer is recreated.
 async fn tail_look_up(ctx: &Ctx, client: &async_nats::Client, verifier: &mut ReadVerifier, target: u64) {
     let next = verifier.next_seq();
     let Some(Found { lookup: Lookup::Absent, stream_first, stream_last }) = look_up(ctx, client, next).await else { return };
     let last_acked = Stats::get(&ctx.stats.last_acked_seq);
-    let mut to = match (stream_first, stream_last) {
-        (_, Some(last)) if last < next => target.max(next),
-        (Some(first), _) if first > next => (first - 1).min(target.max(next)),
-        _ => next,
-    };
+    let mut to = missing_to(next, target, stream_first, stream_last);
     // One stream info answer says where the stream starts or ends; the range's far end is
     // confirmed absent like its first message before the whole range is called lost.
     if to > next && !matches!(look_up(ctx, client, to).await, Some(Found { lookup: Lookup::Absent, .. })) {
