@@ -42,9 +42,9 @@ pub struct Ctx {
     pub faults: Option<Arc<FaultLog>>,
     /// What the operator did.
     pub ops: Arc<OpTally>,
-    /// The durable consumer's ledger, handed over when its driver stops (for the final
-    /// verification).
-    pub durable: Arc<Mutex<Option<properties::durable::DurableLedger>>>,
+    /// The durable consumer's ledger and floor judge, handed over when its driver stops
+    /// (for the final verification).
+    pub durable: Arc<Mutex<Option<crate::drivers::durable::Handover>>>,
     /// Acknowledged sequences a read confirmed gone (for the report's ok / lost / unknown).
     pub lost: Arc<Mutex<properties::ranges::Ranges>>,
 }

@@ -41,8 +41,18 @@ pub async fn run(ctx: Arc<Ctx>, mut choose: Chooser) -> anyhow::Result<()> {
     let mut ledger = DurableLedger::new(ctx.run.clone());
     let mut judge = FloorJudge::new(&ctx);
     let result = drive(&ctx, &client, &mut choose, replicas, &mut ledger, &mut judge).await;
-    *ctx.durable.lock().unwrap_or_else(|p| p.into_inner()) = Some(ledger);
+    *ctx.durable.lock().unwrap_or_else(|p| p.into_inner()) = Some(Handover { ledger, judge });
     result
+}
+
+/// What the driver hands the final verification: every delivery and confirmed ack, and the
+/// judge that remembers when the consumer last ran on a single server (an undo the final
+/// look confirms is excused by a single-replica spell the driver saw, as during the run:
+/// without it, 2.14.6's loss of acks when the operator scaled an R1 consumer to R2 failed
+/// `durable-ack-never-undone` in CI).
+pub struct Handover {
+    ledger: DurableLedger,
+    judge: FloorJudge,
 }
 
 fn config(ctx: &Ctx, replicas: usize) -> pull::Config {
@@ -401,8 +411,7 @@ fn self_gone(ledger: &DurableLedger) -> Violation {
 /// still agree with every ack it confirmed and every delivery? Looks until an answer holds
 /// (good) or is confirmed bad, for at most a liveness window.
 pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<Outcome> {
-    let mut ledger = ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take()?;
-    let mut judge = FloorJudge::new(ctx);
+    let Handover { mut ledger, mut judge } = ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take()?;
     let failures = |p: Property| sdk::counts(p).failed;
     let before = failures(Property::DurableAckNeverUndone) + failures(Property::DurableNothingSkipped);
     let deadline = tokio::time::Instant::now() + ctx.cfg.liveness.window;
