@@ -49,7 +49,7 @@ pub async fn run(ctx: Arc<Ctx>, mut choose: Chooser) -> anyhow::Result<()> {
 /// judge that remembers when the consumer last ran on a single server (an undo the final
 /// look confirms is excused by a single-replica spell the driver saw, as during the run:
 /// without it, 2.14.6's loss of acks when the operator scaled an R1 consumer to R2 failed
-/// `durable-ack-never-undone` in CI).
+/// `durable-ack-never-undone` in the matrix test).
 pub struct Handover {
     ledger: DurableLedger,
     judge: FloorJudge,
