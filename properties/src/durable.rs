@@ -148,6 +148,13 @@ impl DurableLedger {
         self.confirmed.insert(seq);
     }
 
+    /// The acks confirmed above `floor` were lost in a way the caller excuses (a crash of
+    /// the only server that held them): they are not judged again, so a floor the server
+    /// leaves there is not failed later. Acks confirmed from now on are judged as ever.
+    pub fn forget_confirmed_above(&mut self, floor: u64) {
+        self.confirmed.remove_above(floor);
+    }
+
     /// Judges one look at the consumer's ack floor (its stream sequence) as the server
     /// reports it. A single answer can be stale (a deposed leader); the caller confirms a
     /// bad one over time before reporting it.
@@ -236,6 +243,21 @@ mod tests {
         assert_eq!(l.on_delivery(5, Some("other-5"), None, b"x")[0].property, Property::DurableContentMatchesPublish);
         l.restart();
         assert!(deliver(&mut l, &m, 1).is_empty(), "a new consumer starts a new ledger");
+    }
+
+    #[test]
+    fn an_excused_undo_is_forgotten_and_later_acks_are_judged_again() {
+        let m = run();
+        let mut l = DurableLedger::new(m.clone());
+        for seq in 1..=5 {
+            deliver(&mut l, &m, seq);
+            l.on_ack_confirmed(seq);
+        }
+        assert_eq!(l.judge_ack_floor(2).unwrap().property, Property::DurableAckNeverUndone);
+        l.forget_confirmed_above(2);
+        assert_eq!((l.judge_ack_floor(2), l.is_confirmed(3)), (None, false), "the floor left where the crash put it is not failed again");
+        l.on_ack_confirmed(3);
+        assert_eq!(l.judge_ack_floor(2).unwrap().property, Property::DurableAckNeverUndone, "an ack confirmed after is judged");
     }
 
     #[test]

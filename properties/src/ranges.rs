@@ -55,6 +55,14 @@ impl Ranges {
         before.into_iter().chain(self.0.range(from..=to).map(|(&s, &e)| (s, e))).map(|(s, e)| e.min(to).saturating_add(1).saturating_sub(s.max(from))).sum()
     }
 
+    /// Drops every sequence above `n`.
+    pub fn remove_above(&mut self, n: u64) {
+        self.0.retain(|&s, _| s <= n);
+        if let Some(mut last) = self.0.last_entry() {
+            *last.get_mut() = (*last.get()).min(n);
+        }
+    }
+
     /// The ranges in order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.0.iter().map(|(&s, &e)| (s, e))
@@ -98,6 +106,20 @@ mod tests {
         assert_eq!((r.floor(), r.len()), (20, 1));
         r.insert_range(3, 2);
         assert_eq!(r.len(), 1, "an empty range adds nothing");
+    }
+
+    #[test]
+    fn remove_above_cuts_the_range_it_falls_in_and_drops_the_later_ones() {
+        let mut r = Ranges::default();
+        r.insert_range(1, 10);
+        r.insert_range(15, 20);
+        r.insert(30);
+        r.remove_above(17);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(1, 10), (15, 17)]);
+        r.remove_above(12);
+        assert_eq!(r.iter().collect::<Vec<_>>(), vec![(1, 10)]);
+        r.remove_above(0);
+        assert!(r.is_empty());
     }
 
     proptest! {

@@ -165,7 +165,9 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                     if violations.is_empty() {
                         sdk::hold(Property::DurableContentMatchesPublish);
                     }
-                    violations.iter().for_each(|v| judge.report_undone(ctx, v));
+                    violations.iter().for_each(|v| {
+                        judge.report_undone(ctx, v);
+                    });
                     Stats::add(&ctx.stats.durable_delivered, 1);
                     if delivered > 1 {
                         Stats::add(&ctx.stats.durable_redelivered, 1);
@@ -177,7 +179,9 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                                 Stats::add(&ctx.stats.durable_confirmed_redelivered, 1);
                                 continue;
                             }
-                            Redelivery::Undone(v) => judge.report_undone(ctx, &v),
+                            Redelivery::Undone(v) => {
+                                judge.report_undone(ctx, &v);
+                            }
                             Redelivery::Unwatched => {}
                         }
                     } else if let Some(i) = skipped.iter().position(|s| *s == seq) {
@@ -246,19 +250,21 @@ impl FloorJudge {
     /// Reports an undone ack, unless the consumer had a single replica within the last
     /// liveness window: its server keeps acks in memory and writes them out now and then
     /// (2.15.1 lost 165-258 of 1000 confirmed acks to a kill -9), and nothing else holds them,
-    /// so a crash of that server undoes them by design. Those are counted, not failed.
-    fn report_undone(&self, ctx: &Ctx, v: &Violation) {
+    /// so a crash of that server undoes them by design. Those are counted, not failed, and
+    /// true is returned.
+    fn report_undone(&self, ctx: &Ctx, v: &Violation) -> bool {
         let recent = self.single_seen.is_some_and(|t| ctx.live.now().saturating_sub(t) <= ctx.cfg.liveness.window);
         if v.property == Property::DurableAckNeverUndone && recent {
             let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if n < 3 {
                 tracing::warn!(details = %v.details, "an ack confirmed by an unreplicated durable consumer was undone (not a violation: see README)");
             }
-            return;
+            return true;
         }
         let mut v = v.clone();
         v.details["consumer_at_last_look"] = self.last_look.clone();
         sdk::violation(&v);
+        false
     }
 
     async fn look(&mut self, ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger) -> Look {
@@ -317,10 +323,15 @@ impl FloorJudge {
                 match self.floor.observe(ctx.live.now(), true) {
                     Confirmation::Confirmed { bad_for } => {
                         v.details["bad_for_s"] = json!(bad_for.as_secs_f64());
-                        self.report_undone(ctx, &v);
+                        let excused = self.report_undone(ctx, &v);
                         if v.property == Property::DurableNothingSkipped {
                             // Reported once: what it passed is not waited for any more.
                             ledger.not_for_it(1, floor);
+                        } else if excused {
+                            // Judged once: a floor the server leaves there (2.14.6 kept 1,566
+                            // under 1,679 with nothing pending) is not failed once the spell
+                            // is older than a window.
+                            ledger.forget_confirmed_above(floor);
                         }
                         self.floor.reset();
                         ctx.suspicions.close(Suspect::DurableAckFloor);
