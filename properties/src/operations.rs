@@ -162,8 +162,10 @@ pub fn has_spare(allowed: &[&str], holders: &[String], replicas: usize) -> bool 
 
 /// `Ok` once `removed` is no longer one of the stream's peers.
 pub fn peer_gone(info: &StreamInfoView, removed: &str) -> Result<(), String> {
-    match peers(info).iter().any(|p| p == removed) {
-        true => Err(format!("{removed} is still a peer")),
+    let now = peers(info);
+    match now.iter().any(|p| p == removed) {
+        // The peers named, leader first: a stalled removal shows what it stalled on.
+        true => Err(format!("{removed} is still a peer (peers {})", now.join(", "))),
         false => Ok(()),
     }
 }
