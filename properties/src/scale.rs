@@ -144,7 +144,8 @@ fn group_settled(info: &StreamInfoView, requested: usize) -> Result<(), String> 
         return Err("desired-state change still pending".into());
     }
     if cluster.replicas.len() != requested - 1 {
-        return Err(format!("{} followers listed, want {}", cluster.replicas.len(), requested - 1));
+        let names: Vec<&str> = cluster.replicas.iter().map(|r| r.name.as_str()).collect();
+        return Err(format!("{} followers listed ({}), want {}", names.len(), names.join(", "), requested - 1));
     }
     if let Some(r) = cluster.replicas.iter().find(|r| !r.current || r.offline) {
         return Err(format!("replica {} not current (offline: {})", r.name, r.offline));
