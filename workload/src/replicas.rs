@@ -154,6 +154,15 @@ pub fn replica_in(jsz: &Value, node: &str, stream: &str) -> Option<ReplicaState>
     })
 }
 
+/// The meta group's members as node `node` sees them in its `/jsz` answer: the leader,
+/// the replicas it lists and itself; `None` while it knows no meta leader.
+pub fn meta_members(jsz: &Value, node: &str) -> Option<std::collections::BTreeSet<String>> {
+    let meta = &jsz["meta_cluster"];
+    let leader = meta["leader"].as_str().filter(|l| !l.is_empty())?;
+    let replicas = meta["replicas"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str());
+    Some([leader, node].into_iter().chain(replicas).map(str::to_string).collect())
+}
+
 /// The replica of `consumer` in one node's `/jsz?accounts=true&streams=true&consumers=true`.
 pub fn consumer_in(jsz: &Value, node: &str, stream: &str, consumer: &str) -> Option<ConsumerReplica> {
     let c = stream_detail(jsz, stream)?["consumer_detail"].as_array()?.iter().find(|c| c["name"] == consumer)?;
@@ -170,6 +179,17 @@ fn stream_detail<'a>(jsz: &'a Value, stream: &str) -> Option<&'a Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meta_members_are_the_leader_the_listed_replicas_and_the_node_itself() {
+        let jsz: Value = serde_json::from_str(r#"{"meta_cluster":{"name":"workload","leader":"n1","replicas":[
+            {"name":"n3","current":true},{"name":"n4-2","current":false,"offline":true}],"cluster_size":4}}"#).unwrap();
+        let members = meta_members(&jsz, "n2").unwrap();
+        assert_eq!(members.into_iter().collect::<Vec<_>>(), ["n1", "n2", "n3", "n4-2"]);
+        let leaderless: Value = serde_json::from_str(r#"{"meta_cluster":{"leader":"","replicas":[{"name":"n3"}]}}"#).unwrap();
+        assert_eq!(meta_members(&leaderless, "n2"), None, "no leader: its list is not to be trusted");
+        assert_eq!(meta_members(&serde_json::json!({}), "n2"), None);
+    }
 
     /// Recorded from a 2.15.1 node (trimmed).
     #[test]

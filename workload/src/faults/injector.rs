@@ -516,17 +516,46 @@ impl Injector {
             return json!({ "not_removed": old, "error": e, "rejoins_as": old });
         }
         let servers = self.target.client_urls().await;
-        if let Err(e) = self.remove_server(&old, &servers).await {
-            return json!({ "not_removed": old, "error": e, "rejoins_as": old });
-        }
+        let removal_error = match self.remove_server(&old, &servers).await {
+            Ok(()) => None,
+            Err(e) => {
+                // A request that timed out may have been carried out all the same (2.15.1
+                // did, and the server came back under its removed name): the meta group
+                // says which.
+                let member = self.meta_member(&old, i).await;
+                if member != Some(false) {
+                    return json!({ "not_removed": old, "error": e, "rejoins_as": old, "meta_member": member });
+                }
+                Some(e)
+            }
+        };
         let renamed = match &mut self.target {
             Target::Local(c) => c.lock().await.nodes[i].wipe_and_rename(),
             Target::Docker(d) => d.wipe_and_rename(i),
         };
         match renamed {
-            Ok(new) => json!({ "removed": old, "rejoins_as": new }),
+            Ok(new) => match removal_error {
+                None => json!({ "removed": old, "rejoins_as": new }),
+                Some(e) => json!({ "removed": old, "rejoins_as": new, "removed_although": e }),
+            },
             Err(e) => json!({ "removed": old, "error": e.to_string() }),
         }
+    }
+
+    /// Whether the meta group still counts `name` (node `i`, stopped) a member, as the
+    /// first other node that knows a meta leader sees it, after a moment for a removal
+    /// already proposed to apply; `None` when no node says.
+    async fn meta_member(&self, name: &str, i: usize) -> Option<bool> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let http = crate::cluster::http_client();
+        for j in (0..self.target.size().await).filter(|&j| j != i) {
+            let (Some(url), node) = (self.target.monitor_url(j).await, self.target.names(&[j]).await.remove(0)) else { continue };
+            let Ok(jsz) = crate::cluster::get_json(&http, &format!("{url}/jsz")).await else { continue };
+            if let Some(members) = crate::replicas::meta_members(&jsz, &node) {
+                return Some(members.contains(name));
+            }
+        }
+        None
     }
 
     /// Stops node `i` and damages its store: a corruption of one of the stream's files, or
