@@ -140,6 +140,11 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                     let races = redeliveries.expire(ctx.live.now(), 3 * ctx.cfg.durable.ack_wait);
                     Stats::add(&ctx.stats.durable_redelivery_races, races.len() as u64);
                     ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
+                    // What a stall's failure shows: the first sequence never delivered, the
+                    // ones held back on purpose, and the consumer as last seen.
+                    catch_up.consumer = json!({ "first_not_delivered": ledger.received_floor() + 1, "left_unacknowledged": skipped.len(),
+                                                "lowest_left_unacknowledged": skipped.iter().min(),
+                                                "at_last_look": judge.last_look });
                     match catch_up.tick(ctx, Until::Cancelled, ledger.received_floor()) {
                         Tick::Go => {}
                         Tick::Stalled { .. } | Tick::Expired => continue 'consumer,
