@@ -140,8 +140,10 @@ fn group_settled(info: &StreamInfoView, requested: usize) -> Result<(), String> 
     if cluster.leader.as_deref().unwrap_or("").is_empty() {
         return Err("no leader".into());
     }
-    if cluster.desired.is_some() {
-        return Err("desired-state change still pending".into());
+    if let Some(desired) = &cluster.desired {
+        // The block and the peers now (leader first) show what the change waits for.
+        let now: Vec<&str> = cluster.leader.iter().map(String::as_str).filter(|l| !l.is_empty()).chain(cluster.replicas.iter().map(|r| r.name.as_str())).collect();
+        return Err(format!("desired-state change still pending (desired {desired}; peers now {})", now.join(", ")));
     }
     if cluster.replicas.len() != requested - 1 {
         let names: Vec<&str> = cluster.replicas.iter().map(|r| r.name.as_str()).collect();
@@ -252,7 +254,7 @@ mod tests {
             {"name":"n2","current":true},{"name":"n3","current":false}]}}"#);
         assert!(settled(&lagging, 3).is_err());
         let pending = view(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n1","desired":{"peers":[]}}}"#);
-        assert!(settled(&pending, 1).is_err());
+        assert_eq!(settled(&pending, 1), Err(r#"desired-state change still pending (desired {"peers":[]}; peers now n1)"#.into()));
         let leaderless = view(r#"{"config":{"num_replicas":1},"cluster":{}}"#);
         assert!(settled(&leaderless, 1).is_err());
         let r1 = view(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n1"},"state":{"messages":5,"last_seq":5}}"#);
