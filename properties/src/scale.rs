@@ -142,8 +142,8 @@ fn group_settled(info: &StreamInfoView, requested: usize) -> Result<(), String> 
     }
     if let Some(desired) = &cluster.desired {
         // The block and the peers now (leader first) show what the change waits for.
-        let now: Vec<&str> = cluster.leader.iter().map(String::as_str).filter(|l| !l.is_empty()).chain(cluster.replicas.iter().map(|r| r.name.as_str())).collect();
-        return Err(format!("desired-state change still pending (desired {desired}; peers now {})", now.join(", ")));
+        let now = crate::operations::peers(info).join(", ");
+        return Err(format!("desired-state change still pending (desired {desired}; peers now {now})"));
     }
     if cluster.replicas.len() != requested - 1 {
         let names: Vec<&str> = cluster.replicas.iter().map(|r| r.name.as_str()).collect();
