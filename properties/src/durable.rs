@@ -207,6 +207,14 @@ mod tests {
         l.on_delivery(seq, Some(&m.msg_id(seq)), Some(&checksum(&p)), &p).into_iter().map(|v| v.property).collect()
     }
 
+    /// Sequences `1 ..= n` delivered, their acks confirmed.
+    fn deliver_and_confirm(l: &mut DurableLedger, m: &RunMessages, n: u64) {
+        for seq in 1..=n {
+            deliver(l, m, seq);
+            l.on_ack_confirmed(seq);
+        }
+    }
+
     #[test]
     fn out_of_order_deliveries_and_redeliveries_are_fine() {
         let m = run();
@@ -228,10 +236,7 @@ mod tests {
     fn each_defect_maps_to_its_property() {
         let m = run();
         let mut l = DurableLedger::new(m.clone());
-        for seq in 1..=3 {
-            deliver(&mut l, &m, seq);
-            l.on_ack_confirmed(seq);
-        }
+        deliver_and_confirm(&mut l, &m, 3);
         assert!(deliver(&mut l, &m, 2).is_empty() && l.is_confirmed(2), "delivered again: judged by Redeliveries");
         assert_eq!(l.judge_ack_floor(1).unwrap().property, Property::DurableAckNeverUndone);
         assert_eq!(l.judge_ack_floor(5).unwrap().property, Property::DurableNothingSkipped);
@@ -249,10 +254,7 @@ mod tests {
     fn an_excused_undo_is_forgotten_and_later_acks_are_judged_again() {
         let m = run();
         let mut l = DurableLedger::new(m.clone());
-        for seq in 1..=5 {
-            deliver(&mut l, &m, seq);
-            l.on_ack_confirmed(seq);
-        }
+        deliver_and_confirm(&mut l, &m, 5);
         assert_eq!(l.judge_ack_floor(2).unwrap().property, Property::DurableAckNeverUndone);
         l.forget_confirmed_above(2);
         assert_eq!((l.judge_ack_floor(2), l.is_confirmed(3)), (None, false), "the floor left where the crash put it is not failed again");
