@@ -155,16 +155,19 @@ fn group_settled(info: &StreamInfoView, requested: usize) -> Result<(), String> 
     Ok(())
 }
 
-/// How far a change's slowest replica must close its gap for that to count as progress:
-/// at least this many messages, and at least a twentieth of the gap (sequences read from
-/// several nodes one after another differ by what was published in between).
+/// The least a change's gap must close for that to count as progress, on top of what the
+/// looks' own timing explains (see [`CatchUp::observe`]).
 pub const CATCH_UP_STEP: u64 = 1000;
 
 /// Catch-up progress of a change that adds replicas (scale up, move, peer removal or
 /// evacuation): copying a large stream to a new peer under full publishing can take longer
 /// than one liveness window, so each new low of the gap between the furthest and the
-/// slowest replica of the peer set starts the settle window over. A change whose gap stops
-/// shrinking (or that stays pending with no gap) still runs out.
+/// slowest replica of the peer set starts the settle window over. The rule has no rate in
+/// it: a copy that closes its gap slowly (a 4 M-message move at a net thousand messages a
+/// second) progresses as surely as a fast one. Only noise is discounted: the peers are read
+/// one after another, so a look's gap is off by at most what was published while it ran,
+/// and a new low must beat the old one by more than both looks' noise and a whole step.
+/// A change whose gap stops shrinking (or that stays pending with no gap) still runs out.
 ///
 /// A setback starts the count over as well: the slowest peer now holds less than at the
 /// last look, and either a fault struck in between (a restarted copy that lost ground, as
@@ -174,36 +177,32 @@ pub const CATCH_UP_STEP: u64 = 1000;
 /// excused: a copy the server restarts by itself, fault-free, still runs out.
 #[derive(Clone, Debug, Default)]
 pub struct CatchUp {
-    lowest: Option<u64>,
+    /// The lowest gap seen, and the noise of the look that saw it.
+    lowest: Option<(u64, u64)>,
     /// The peer set and its slowest peer's last sequence at the last look.
     last: Option<(std::collections::BTreeSet<String>, u64)>,
 }
 
 impl CatchUp {
     /// Records one look (each peer with its own last sequence; `struck`: a fault started
-    /// since the last look); true when it counts as progress.
-    pub fn observe(&mut self, peers: &[(String, u64)], struck: bool) -> bool {
+    /// since the last look; `noise`: messages acknowledged while the look ran); true when
+    /// it counts as progress.
+    pub fn observe(&mut self, peers: &[(String, u64)], struck: bool, noise: u64) -> bool {
         let seqs: Vec<u64> = peers.iter().map(|(_, s)| *s).collect();
         let gap = catch_up_gap(&seqs);
         let slowest = seqs.iter().copied().min().unwrap_or(0);
         let names: std::collections::BTreeSet<String> = peers.iter().map(|(n, _)| n.clone()).collect();
         let setback = self.last.as_ref().is_some_and(|(before, slowest_before)| slowest < *slowest_before && (struck || !names.is_subset(before)));
         self.last = Some((names, slowest));
-        match self.lowest {
-            Some(_) if setback => {
-                self.lowest = Some(gap);
-                true
-            }
-            Some(low) if gap + CATCH_UP_STEP.max(low / 20) <= low => {
-                self.lowest = Some(gap);
-                true
-            }
-            Some(_) => false,
-            None => {
-                self.lowest = Some(gap);
-                false
-            }
+        let progressed = match self.lowest {
+            Some(_) if setback => true,
+            Some((low, low_noise)) => gap + CATCH_UP_STEP + noise + low_noise <= low,
+            None => false,
+        };
+        if progressed || self.lowest.is_none() {
+            self.lowest = Some((gap, noise));
         }
+        progressed
     }
 }
 
@@ -274,31 +273,33 @@ mod tests {
     }
 
     #[test]
-    fn catch_up_progress_is_a_new_low_of_the_gap_by_a_whole_step() {
+    fn catch_up_progress_is_a_new_low_of_the_gap_beyond_the_looks_noise() {
         let mut c = CatchUp::default();
-        let mut look = |leader: u64, new: u64| c.observe(&[("n1".into(), leader), ("n2".into(), leader - new)], false);
-        assert!(!look(300_000, 300_000), "the first look sets the mark");
-        assert!(look(300_000, 250_000), "closed by 50k: progress");
-        assert!(!look(300_000, 240_000), "10k is under a twentieth of 250k");
-        assert!(!look(500_000, 400_000), "publishing outran the copy: no progress");
-        assert!(look(500_000, 200_000));
-        assert!(!look(500_000, 199_500), "under a whole step");
-        assert!(look(500_000, 500));
-        assert!(!look(500_000, 0), "a caught-up peer set jitters by less than a step: a change pending with no gap runs out");
+        let mut look = |leader: u64, behind: u64, noise: u64| c.observe(&[("n1".into(), leader), ("n2".into(), leader - behind)], false, noise);
+        assert!(!look(300_000, 300_000, 0), "the first look sets the mark");
+        assert!(look(300_000, 250_000, 0), "closed by 50k: progress");
+        assert!(look(300_000, 248_000, 0), "2k is progress however large the gap: no rate is asked for");
+        assert!(!look(300_000, 247_500, 0), "under a whole step");
+        assert!(!look(500_000, 400_000, 0), "publishing outran the copy: no progress");
+        assert!(!look(500_000, 240_000, 8_000), "8k closer, but 8k were acked while the peers were read");
+        assert!(look(500_000, 230_000, 8_000), "beyond both looks' noise and a step");
+        assert!(!look(500_000, 222_500, 0), "the low's own noise counts too: 7.5k < 8k + 1k");
+        assert!(look(500_000, 500, 0));
+        assert!(!look(500_000, 0, 0), "a caught-up peer set jitters by less than a step: a change pending with no gap runs out");
     }
 
     #[test]
     fn a_copy_set_back_by_a_fault_or_a_joining_peer_counts_again_from_there() {
         let peers = |leader: u64, slow: &str, at: u64| vec![("n5".to_string(), leader), (slow.to_string(), at)];
         let mut c = CatchUp::default();
-        assert!(!c.observe(&peers(600_000, "n2", 100_000), false));
-        assert!(c.observe(&peers(620_000, "n2", 200_000), false), "closed by 80k");
-        assert!(!c.observe(&peers(640_000, "n2", 98_000), false), "went backwards with no fault: not excused");
-        assert!(!c.observe(&peers(650_000, "n2", 150_000), false), "still above the old low");
-        assert!(c.observe(&peers(660_000, "n2", 90_000), true), "a fault set the copy back: the count starts over");
-        assert!(c.observe(&peers(670_000, "n2", 200_000), false), "a new low measured from the setback");
-        assert!(c.observe(&peers(680_000, "n3", 0), false), "the next peer joined empty");
-        assert!(!c.observe(&peers(690_000, "n3", 1_000), false));
+        assert!(!c.observe(&peers(600_000, "n2", 100_000), false, 0));
+        assert!(c.observe(&peers(620_000, "n2", 200_000), false, 0), "closed by 80k");
+        assert!(!c.observe(&peers(640_000, "n2", 98_000), false, 0), "went backwards with no fault: not excused");
+        assert!(!c.observe(&peers(650_000, "n2", 150_000), false, 0), "still above the old low");
+        assert!(c.observe(&peers(660_000, "n2", 90_000), true, 0), "a fault set the copy back: the count starts over");
+        assert!(c.observe(&peers(670_000, "n2", 200_000), false, 0), "a new low measured from the setback");
+        assert!(c.observe(&peers(680_000, "n3", 0), false, 0), "the next peer joined empty");
+        assert!(!c.observe(&peers(690_000, "n3", 1_000), false, 0));
     }
 
     #[test]

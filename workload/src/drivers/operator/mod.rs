@@ -331,11 +331,13 @@ impl<'a> Settling<'a> {
         let mut look = self.look.lock().await;
         let (probe, catch_up, faults_seen) = &mut *look;
         let faults = fault_starts(self.ctx);
+        let acked = || Stats::get(&self.ctx.stats.last_acked_seq);
+        let acked_before = acked();
         let progressed = match probe.catch_up_look(&self.ctx.stream, view).await {
             Some(peers) => {
                 // Counted between looks that saw every peer: a fault during a failed look counts.
                 let struck = std::mem::replace(faults_seen, faults) != faults;
-                catch_up.observe(&peers, struck)
+                catch_up.observe(&peers, struck, acked().saturating_sub(acked_before))
             }
             None => false,
         };
