@@ -174,6 +174,7 @@ pub async fn run(spec: BenchSpec, server_bin: &Path, dir: &Path) -> anyhow::Resu
             "raw_headers": summary(headers),
             "checked": summary(checked),
             "checked_vs_raw_headers": ratio(checked, headers),
+            "checked_vs_raw_headers_spread": spread(checked, headers),
             "raw_headers_vs_raw": ratio(headers, raw),
             "checked_vs_raw": ratio(checked, raw),
         });
@@ -192,7 +193,7 @@ pub async fn run(spec: BenchSpec, server_bin: &Path, dir: &Path) -> anyhow::Resu
             raw.push(b.raw_read(&source.stream).await?);
         }
     }
-    let read = json!({ "messages": b.spec.read_messages, "raw": summary(&raw), "checked": summary(&checked), "checked_vs_raw": ratio(&checked, &raw) });
+    let read = json!({ "messages": b.spec.read_messages, "raw": summary(&raw), "checked": summary(&checked), "checked_vs_raw": ratio(&checked, &raw), "checked_vs_raw_spread": spread(&checked, &raw) });
     let memory = b.memory().await?;
     let detection = b.detection().await?;
     let streams = b.streams().await?;
@@ -216,10 +217,25 @@ fn summary(xs: &[Sample]) -> Value {
     })
 }
 
-/// Median rate of `a` over median rate of `b`.
+/// The median of the per-round ratios of `a` over `b` (sample i of each side was taken in
+/// round i, back to back): pairing cancels the drift between rounds of an fsync-bound
+/// machine, which moves single rounds by a third, so the ratio is steadier than one of
+/// medians.
 fn ratio(a: &[Sample], b: &[Sample]) -> f64 {
-    let r = median(a.iter().map(|s| s.per_s)) / median(b.iter().map(|s| s.per_s));
+    let r = median(paired(a, b).into_iter());
     (r * 1000.0).round() / 1000.0
+}
+
+/// Each round's ratio of `a` over `b`.
+fn paired(a: &[Sample], b: &[Sample]) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| a.per_s / b.per_s).collect()
+}
+
+/// The spread of the per-round ratios, lowest and highest, to three places.
+fn spread(a: &[Sample], b: &[Sample]) -> Value {
+    let r = paired(a, b);
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    json!([round(r.iter().copied().fold(f64::INFINITY, f64::min)), round(r.iter().copied().fold(f64::NEG_INFINITY, f64::max))])
 }
 
 fn median(xs: impl Iterator<Item = f64>) -> f64 {
@@ -474,23 +490,25 @@ fn peak_rss_mib() -> Option<f64> {
 pub fn print(r: &Value) {
     let f = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
     println!("\npublish: msg/s (CPU ms per 1000 msgs of this process)");
-    println!("{:>9} {:>16} {:>16} {:>16} {:>14} {:>14}", "in flight", "raw", "raw+headers", "checked", "checked/hdrs", "hdrs/raw");
+    // A ratio with the lowest and highest of its rounds.
+    let with_spread = |v: &Value, k: &str| format!("{:.3} ({:.2}-{:.2})", f(&v[k]), f(&v[format!("{k}_spread")][0]), f(&v[format!("{k}_spread")][1]));
+    println!("{:>9} {:>16} {:>16} {:>16} {:>20} {:>9}", "in flight", "raw", "raw+headers", "checked", "checked/hdrs", "hdrs/raw");
     for (k, v) in r["publish"].as_object().into_iter().flatten() {
         let side = |s: &str| format!("{:.0} ({:.1})", f(&v[s]["per_s"]), f(&v[s]["cpu_ms_per_1000"]));
         println!(
-            "{:>9} {:>16} {:>16} {:>16} {:>14.3} {:>14.3}",
+            "{:>9} {:>16} {:>16} {:>16} {:>20} {:>9.3}",
             k.trim_start_matches("in_flight_"),
             side("raw"),
             side("raw_headers"),
             side("checked"),
-            f(&v["checked_vs_raw_headers"]),
+            with_spread(v, "checked_vs_raw_headers"),
             f(&v["raw_headers_vs_raw"])
         );
     }
     let read = &r["read"];
     println!(
-        "read {} msgs: raw {:.0}/s ({:.1} ms CPU/1000), checked {:.0}/s ({:.1}), ratio {:.3}",
-        read["messages"], f(&read["raw"]["per_s"]), f(&read["raw"]["cpu_ms_per_1000"]), f(&read["checked"]["per_s"]), f(&read["checked"]["cpu_ms_per_1000"]), f(&read["checked_vs_raw"])
+        "read {} msgs: raw {:.0}/s ({:.1} ms CPU/1000), checked {:.0}/s ({:.1}), ratio {}",
+        read["messages"], f(&read["raw"]["per_s"]), f(&read["raw"]["cpu_ms_per_1000"]), f(&read["checked"]["per_s"]), f(&read["checked"]["cpu_ms_per_1000"]), with_spread(read, "checked_vs_raw")
     );
     for s in r["memory"]["samples"].as_array().into_iter().flatten() {
         println!("rss after {:>9} verified: {:.1} MiB", s["verified"], f(&s["rss_mib"]));

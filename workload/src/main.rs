@@ -73,6 +73,15 @@ enum Command {
         /// Seconds instead of minutes: proves the benchmark produces numbers.
         #[arg(long)]
         smoke: bool,
+        /// Acks in flight to measure publishing at, comma-separated (default 1,16,64,256).
+        #[arg(long, value_delimiter = ',')]
+        depths: Option<Vec<usize>>,
+        /// Rounds per depth and for the read (default 5): more rounds, a steadier median.
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// Messages per publish sample at 16 in flight (default 80000; other depths scale it).
+        #[arg(long)]
+        messages: Option<u64>,
         #[arg(long, env = "NATS_SERVER")]
         nats_server: Option<PathBuf>,
         #[command(flatten)]
@@ -550,9 +559,13 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             let addr = ClusterAddr { servers: cluster.servers, monitor_urls: cluster.monitor, size: cluster_size };
             (addr, None, None, Some((phase, StateDir(state))))
         }
-        Command::Bench { smoke, nats_server, .. } => {
+        Command::Bench { smoke, depths, rounds, messages, nats_server, .. } => {
             let bin = cluster::find_server(nats_server.as_deref())?;
-            let spec = if smoke { BenchSpec::smoke(cfg) } else { BenchSpec::full(cfg) };
+            let mut spec = if smoke { BenchSpec::smoke(cfg) } else { BenchSpec::full(cfg) };
+            spec.depths = depths.unwrap_or(spec.depths);
+            spec.rounds = rounds.unwrap_or(spec.rounds).max(1);
+            spec.messages = messages.unwrap_or(spec.messages).max(1);
+            anyhow::ensure!(!spec.depths.is_empty() && !spec.depths.contains(&0), "--depths: one or more depths of at least 1");
             let mut result = bench::run(spec, &bin, &out).await?;
             result["server_version"] = json!(cluster::server_version(&bin));
             std::fs::write(out.join("bench.json"), serde_json::to_string_pretty(&result)?)?;

@@ -5,7 +5,7 @@
 fn smoke_bench_produces_numbers() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_workload"))
-        .args(["bench", "--smoke", "--out"])
+        .args(["bench", "--smoke", "--depths", "1,16", "--rounds", "2", "--out"])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -21,6 +21,9 @@ fn smoke_bench_produces_numbers() {
         "/publish/in_flight_16/raw/cpu_ms_per_1000",
         "/publish/in_flight_16/checked/cpu_ms_per_1000",
         "/read/checked_vs_raw",
+        "/read/checked_vs_raw_spread/1",
+        "/publish/in_flight_16/checked_vs_raw_headers_spread/0",
+        "/publish/in_flight_16/checked_vs_raw_headers_spread/1",
         "/read/checked/cpu_ms_per_1000",
         "/memory/peak_rss_mib",
         "/memory/samples/1/rss_mib",
@@ -35,6 +38,8 @@ fn smoke_bench_produces_numbers() {
         let v = r.pointer(path).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
         assert!(v.is_finite() && v > 0.0, "{path} = {v} in {r}");
     }
+    // --rounds: every side sampled that often; each ratio is the median of the rounds' own.
+    assert_eq!(r["publish"]["in_flight_16"]["checked"]["samples_per_s"].as_array().map(Vec::len), Some(2), "{r}");
     // The multi-stream path: `workload run`'s own, two streams, both read back whole.
     assert_eq!((r["streams"][1]["streams"].as_u64(), r["streams"][1]["final_check_held"].as_bool()), (Some(2), Some(true)), "{}", r["streams"]);
 }
