@@ -238,6 +238,10 @@ stats! {
     durable_redelivered,
     durable_acks_confirmed,
     durable_acks_unconfirmed,
+    /// Unanswered acks the server confirmed when sent again, and those dropped unanswered
+    /// (more than the driver keeps).
+    durable_acks_confirmed_again,
+    durable_acks_unconfirmed_dropped,
     durable_acks_skipped,
     durable_recreated,
     /// Sequences the durable consumer's ack floor passed that the stream no longer held.

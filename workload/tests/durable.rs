@@ -11,9 +11,8 @@ use workload::jsapi;
 
 const T: Duration = Duration::from_secs(5);
 
-/// Kills (-9) the server holding the durable consumer once it has acked `floor` messages,
-/// and starts it again; returns after the restart.
-async fn kill_the_consumers_server(h: &mut Harness, floor: u64) {
+/// The index of the node leading the durable consumer, once it has acked `floor` messages.
+async fn consumers_server(h: &Harness, floor: u64) -> usize {
     let client = h.client().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     let leader = loop {
@@ -25,7 +24,13 @@ async fn kill_the_consumers_server(h: &mut Harness, floor: u64) {
         assert!(Instant::now() < deadline, "the durable consumer never acked {floor}; log: {}", h.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let i = h.cluster.nodes.iter().position(|n| n.name == leader).unwrap();
+    h.cluster.nodes.iter().position(|n| n.name == leader).unwrap()
+}
+
+/// Kills (-9) the server holding the durable consumer once it has acked `floor` messages,
+/// and starts it again; returns after the restart.
+async fn kill_the_consumers_server(h: &mut Harness, floor: u64) {
+    let i = consumers_server(h, floor).await;
     h.cluster.nodes[i].kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let bin = h.cluster.server_bin.clone();
@@ -62,4 +67,28 @@ async fn a_replicated_consumer_keeps_every_confirmed_ack_through_its_leaders_cra
     assert_eq!(done.report["verdict"], "pass", "{}", done.report["failed"]);
     assert_eq!(done.counter("durable_unreplicated_undone"), 0);
     assert!(done.counter("durable_acks_confirmed") > 3000);
+}
+
+/// Pausing the consumer's server longer than the client waits for an answer loses the
+/// confirmations of the acks in flight, although the server takes those acks when it
+/// resumes (and so never redelivers them). The driver sends each unanswered ack again and
+/// the server confirms it: the confirmed prefix, which the undo check judges the ack floor
+/// against, moves on instead of staying at the first lost confirmation for the rest of the run.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ack_whose_confirmation_was_lost_is_confirmed_when_sent_again() {
+    use nix::sys::signal::Signal;
+    let h = Harness::start("ackagain").await;
+    let cfg = h.config("durable.toml", "[durable]\nreplicas = [1]\nskip_ack_probability = 0.0\n");
+    let child = h.spawn("25s", &["--config", &cfg, "--operator", "false"]);
+    let i = consumers_server(&h, 3000).await;
+    assert!(h.cluster.nodes[i].signal(Signal::SIGSTOP));
+    // Longer than the client's 5 s wait for an answer.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(h.cluster.nodes[i].signal(Signal::SIGCONT));
+    let done = h.finish(child, Duration::from_secs(150));
+    assert_eq!(done.report["verdict"], "pass", "{}", done.report["failed"]);
+    let (lost, again) = (done.counter("durable_acks_unconfirmed"), done.counter("durable_acks_confirmed_again"));
+    assert!(lost > 0, "the pause left no ack unanswered: the test saw nothing; log: {}", h.log());
+    assert!(again > 0, "{lost} acks unanswered, none confirmed when sent again; log: {}", h.log());
+    assert_eq!(done.counter("durable_acks_unconfirmed_dropped"), 0);
 }

@@ -34,6 +34,8 @@ pub const NAME: &str = "durable";
 const POLL: Duration = Duration::from_secs(2);
 /// The server error code for a consumer that does not exist.
 pub const CONSUMER_NOT_FOUND: u64 = 10014;
+/// Acks whose confirmation was lost, kept to be sent again (the oldest dropped beyond it).
+const UNCONFIRMED_KEPT: usize = 1024;
 
 pub async fn run(ctx: Arc<Ctx>, mut choose: Chooser) -> anyhow::Result<()> {
     let client = ctx.connect("durable").await?;
@@ -84,6 +86,13 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
     // Sequences left unacknowledged on purpose, until they come again.
     let mut skipped: Vec<u64> = Vec::new();
     let mut redeliveries = Redeliveries::default();
+    // Acks the server left unanswered, with their reply subjects: each is sent again at the
+    // next look. The undo check judges the server's floor against the *contiguous* confirmed
+    // prefix, so one lost confirmation of an ack the server did take (and so never
+    // redelivers) would hold that prefix still for the rest of the run. A server answers a
+    // repeated double ack of a message it holds acked (measured on 2.15.1, R1 and R3) and
+    // not one above what it delivered, so an answer is its word that the ack is taken.
+    let mut unconfirmed: std::collections::VecDeque<(u64, async_nats::Subject)> = Default::default();
 
     'consumer: while !ctx.cancel.is_cancelled() {
         let open = || async {
@@ -99,6 +108,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
             };
             if let Look::Gone = judge.look(ctx, client, ledger).await {
                 redeliveries.clear();
+                unconfirmed.clear();
                 anew(ctx, ledger, &mut skipped, &create).await;
             }
             if !window.failed(&error, &ctx.cancel).await {
@@ -111,12 +121,19 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
         loop {
             tokio::select! {
                 _ = ctx.cancel.cancelled() => break 'consumer,
-                Some((seq, confirmed)) = acks.next(), if !acks.is_empty() => {
+                Some(done) = acks.next(), if !acks.is_empty() => {
+                    let (seq, reply, confirmed, again): AckAnswer = done;
                     if confirmed {
                         ledger.on_ack_confirmed(seq);
                         Stats::add(&ctx.stats.durable_acks_confirmed, 1);
+                        Stats::add(&ctx.stats.durable_acks_confirmed_again, u64::from(again));
                     } else {
-                        Stats::add(&ctx.stats.durable_acks_unconfirmed, 1);
+                        Stats::add(&ctx.stats.durable_acks_unconfirmed, u64::from(!again));
+                        if unconfirmed.len() == UNCONFIRMED_KEPT {
+                            unconfirmed.pop_front();
+                            Stats::add(&ctx.stats.durable_acks_unconfirmed_dropped, 1);
+                        }
+                        unconfirmed.push_back((seq, reply));
                     }
                 }
                 _ = poll.tick() => {
@@ -132,10 +149,20 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         }
                         Look::Gone => {
                             redeliveries.clear();
-                anew(ctx, ledger, &mut skipped, &create).await;
+                            unconfirmed.clear();
+                            anew(ctx, ledger, &mut skipped, &create).await;
                             continue 'consumer;
                         }
                         Look::Unanswered => {}
+                    }
+                    for _ in 0..unconfirmed.len() {
+                        if acks.len() >= cap {
+                            break;
+                        }
+                        let Some((seq, reply)) = unconfirmed.pop_front() else { break };
+                        if !ledger.is_confirmed(seq) {
+                            acks.push(double_ack(client.clone(), ctx.api_timeout(), seq, reply, true));
+                        }
                     }
                     let races = redeliveries.expire(ctx.live.now(), 3 * ctx.cfg.durable.ack_wait);
                     Stats::add(&ctx.stats.durable_redelivery_races, races.len() as u64);
@@ -198,18 +225,25 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         continue;
                     }
                     let Some(reply) = msg.reply.clone() else { continue };
-                    let (client, timeout) = (client.clone(), ctx.api_timeout());
-                    acks.push(async move {
-                        // A confirmation is the server's empty reply; a no-responders status
-                        // (which the client's own double ack takes for one) is not.
-                        let answer = tokio::time::timeout(timeout, client.request(reply, "+ACK".into())).await;
-                        (seq, matches!(answer, Ok(Ok(m)) if m.status.is_none()))
-                    });
+                    acks.push(double_ack(client.clone(), ctx.api_timeout(), seq, reply, false));
                 }
             }
         }
     }
     Ok(())
+}
+
+/// An ack's sequence, its reply subject, whether the server confirmed it, and whether it
+/// was a repeat.
+type AckAnswer = (u64, async_nats::Subject, bool, bool);
+
+/// Acks `seq` on its reply subject and waits for the server's confirmation (`again`: a
+/// repeat of an ack left unanswered).
+async fn double_ack(client: async_nats::Client, timeout: Duration, seq: u64, reply: async_nats::Subject, again: bool) -> AckAnswer {
+    // A confirmation is the server's empty reply; a no-responders status (which the client's
+    // own double ack takes for one) is not.
+    let answer = tokio::time::timeout(timeout, client.request(reply.clone(), "+ACK".into())).await;
+    (seq, reply, matches!(answer, Ok(Ok(m)) if m.status.is_none()), again)
 }
 
 /// The consumer was confirmed gone (and reported, when any ack had been confirmed): it is
