@@ -135,6 +135,10 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     let quiet = QuietRequests::new(spec.cfg.liveness.window);
     let faults = spec.injector.as_ref().map(|i| i.log.clone());
     let ops: Arc<operator::OpTally> = Arc::default();
+    if let Some(dir) = spec.timeline.as_ref().and_then(|t| t.parent()) {
+        // Beside the timeline and the fault log.
+        ops.log_to(dir.join("operations.jsonl"), started);
+    }
     let ctxs: Vec<Arc<Ctx>> = (0..n)
         .map(|i| {
             let run = RunMessages::new(stream_run_id(&spec.run_id, i, n), spec.seed, spec.cfg.publish.payload_size);

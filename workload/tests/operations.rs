@@ -11,10 +11,17 @@ fn local_run(nodes: &str, duration: &str, config: &str, extra: &[&str]) -> (Valu
 }
 
 fn local_run_in(clusters: usize, nodes: &str, duration: &str, config: &str, extra: &[&str]) -> (Value, String) {
+    let (report, log, _) = local_run_logged(clusters, nodes, duration, config, extra);
+    (report, log)
+}
+
+/// A run, and its operations.jsonl (one event a line).
+fn local_run_logged(clusters: usize, nodes: &str, duration: &str, config: &str, extra: &[&str]) -> (Value, String, Vec<Value>) {
     let clusters = clusters.to_string();
     let args = [&["--clusters", &clusters, "--nodes", nodes, "--duration", duration, "--seed", "16", "--faults", "false", "--liveness-window", "60s", "--liveness-quiet", "15s"], extra].concat();
-    let (report, log, _dir) = common::local_run(&args, config, &[("RUST_LOG", "info,workload::drivers::operator=debug")]);
-    (report, log)
+    let (report, log, dir) = common::local_run(&args, config, &[("RUST_LOG", "info,workload::drivers::operator=debug")]);
+    let events = std::fs::read_to_string(dir.path().join("operations.jsonl")).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (report, log, events)
 }
 
 const EVERY_OPERATION: &str = r#"
@@ -45,7 +52,7 @@ wait_settled_probability = 1.0
 
 #[test]
 fn every_operation_takes_effect_on_five_nodes_and_every_property_holds() {
-    let (report, log) = local_run("5", "90s", EVERY_OPERATION, &[]);
+    let (report, log, events) = local_run_logged(1, "5", "90s", EVERY_OPERATION, &[]);
     let tail: String = log.lines().rev().take(60).collect::<Vec<_>>().join("\n");
     common::assert_passes_but_known_server_issues(&report, &tail);
     let ops = &report["operations"];
@@ -55,6 +62,9 @@ fn every_operation_takes_effect_on_five_nodes_and_every_property_holds() {
         let c = &ops["counts"][op];
         assert!(c["settled"].as_u64().unwrap_or(0) >= 1, "{op} never settled: {ops}\n{tail}");
         assert!(op == "scale" || c["effect_seen"].as_u64().unwrap_or(0) >= 1, "{op} never changed peers or leader: {ops}\n{tail}");
+        // operations.jsonl has every accepted request and every settle, with its time.
+        let logged = |event: &str| events.iter().filter(|e| e["op"] == op && e["event"] == event && e["t_s"].as_f64().is_some()).count() as u64;
+        assert_eq!((logged("requested"), logged("settled")), (c["done"].as_u64().unwrap(), c["settled"].as_u64().unwrap()), "{op}: {events:?}");
     }
     let held = |id: &str| report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()["held"].as_u64().unwrap();
     assert!(held("placement-honoured") >= 1, "moves were judged where they settled");

@@ -41,7 +41,7 @@ pub async fn stepdown(ctx: &Ctx, client: &async_nats::Client, wait: bool) -> Opt
     note_settling(ctx, &stream.view, op);
     let api = format!("CONSUMER.LEADER.STEPDOWN.{}.{NAME}", ctx.stream);
     let request = || jsapi::request(client, &api, &Value::Null, ctx.api_timeout());
-    if !send(ctx, op, Property::StepdownEventuallyElects, request).await? {
+    if !send(ctx, op, Property::StepdownEventuallyElects, json!({ "peers": before }), request).await? {
         return Some(());
     }
     sdk::hold(Property::ConsumerLeaderSteppedDown);
@@ -75,10 +75,9 @@ pub async fn peer_step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser
     };
     let body = json!({ "peer": peer });
     let request = || jsapi::request(client, &api, &body, ctx.api_timeout());
-    if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, request).await? {
+    if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, json!({ "peer": peer, "peers": holders }), request).await? {
         return Some(());
     }
-    tracing::debug!(%peer, op = op.id(), "durable consumer peer removal requested");
     if wait {
         wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, &holders, Some(&peer)).await;
     }
@@ -98,10 +97,9 @@ pub async fn scale(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, wa
     let api = format!("CONSUMER.CREATE.{}.{NAME}", ctx.stream);
     let body = json!({ "stream_name": ctx.stream, "config": config, "action": "update" });
     let request = || jsapi::request(client, &api, &body, ctx.api_timeout());
-    if !send(ctx, op, Property::ConsumerScaleEventuallySettles, request).await? {
+    if !send(ctx, op, Property::ConsumerScaleEventuallySettles, json!({ "from": now, "to": target, "peers": peers(&consumer) }), request).await? {
         return Some(());
     }
-    tracing::debug!(from = now, to = target, "durable consumer replicas changed");
     if wait {
         wait_settled(ctx, client, op, Property::ConsumerScaleEventuallySettles, &peers(&consumer), None).await;
     }

@@ -51,9 +51,30 @@ pub struct OpCounts {
 pub struct OpTally {
     counts: Mutex<BTreeMap<OpKind, OpCounts>>,
     skipped: Mutex<BTreeMap<OpKind, String>>,
+    /// Where every request and settle goes as it happens (`operations.jsonl`), with the
+    /// run's start: faults have their times in faults.jsonl, and a failure is read against both.
+    log: std::sync::OnceLock<(std::path::PathBuf, Instant)>,
 }
 
 impl OpTally {
+    /// Writes each event to `path` from now on, timed from `origin`.
+    pub fn log_to(&self, path: std::path::PathBuf, origin: Instant) {
+        let _ = std::fs::remove_file(&path);
+        let _ = self.log.set((path, origin));
+    }
+
+    /// One event of `op` on `ctx`'s stream: requested (what was asked), refused (why),
+    /// settled (the peers before and after), requested-again.
+    pub fn record(&self, ctx: &Ctx, op: OpKind, event: &str, detail: Value) {
+        tracing::info!(op = op.id(), stream = %ctx.stream, %detail, "operation {event}");
+        let Some((path, origin)) = self.log.get() else { return };
+        let line = json!({ "t_s": origin.elapsed().as_secs_f64(), "event": event, "op": op.id(), "stream": ctx.stream, "detail": detail });
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            use std::io::Write;
+            let _ = writeln!(f, "{line}");
+        }
+    }
+
     pub fn count(&self, op: OpKind, f: impl FnOnce(&mut OpCounts)) {
         if let Ok(mut m) = self.counts.lock() {
             f(m.entry(op).or_default());
@@ -83,8 +104,9 @@ fn refusal(e: &ApiError) -> Option<String> {
 }
 
 /// Sends `op`'s request until the server accepts it (true) or refuses it for good (false),
-/// within liveness windows of `property`, and counts which. `None` when stopped.
-pub async fn send<T, Fut: Future<Output = Result<T, ApiError>>>(ctx: &Ctx, op: OpKind, property: Property, mut f: impl FnMut() -> Fut) -> Option<bool> {
+/// within liveness windows of `property`, and counts and logs which (`asked`: what the
+/// request asks for, for the log). `None` when stopped.
+pub async fn send<T, Fut: Future<Output = Result<T, ApiError>>>(ctx: &Ctx, op: OpKind, property: Property, asked: Value, mut f: impl FnMut() -> Fut) -> Option<bool> {
     let attempt = || {
         let fut = f();
         async move {
@@ -95,8 +117,9 @@ pub async fn send<T, Fut: Future<Output = Result<T, ApiError>>>(ctx: &Ctx, op: O
         }
     };
     let refused = ctx.live.retry(op.id(), property, &ctx.cancel, attempt).await?;
-    if let Some(why) = &refused {
-        tracing::debug!(op = op.id(), "refused: {why}");
+    match &refused {
+        Some(why) => ctx.ops.record(ctx, op, "refused", json!({ "asked": asked, "why": why })),
+        None => ctx.ops.record(ctx, op, "requested", asked),
     }
     ctx.ops.count(op, |c| if refused.is_some() { c.refused += 1 } else { c.done += 1 });
     Some(refused.is_none())
@@ -295,7 +318,7 @@ pub fn took_effect(op: OpKind, before: &[String], after: &[String]) -> bool {
 
 /// Counts a settled operation, and whether it took effect.
 pub fn count_settled(ctx: &Ctx, op: OpKind, before: &[String], after: &[String], effect: bool) {
-    tracing::debug!(op = op.id(), ?before, ?after, effect, "settled");
+    ctx.ops.record(ctx, op, "settled", json!({ "before": before, "after": after, "effect": effect }));
     ctx.ops.count(op, |c| {
         c.settled += 1;
         c.effect_seen += u64::from(effect);

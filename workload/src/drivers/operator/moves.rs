@@ -56,17 +56,16 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, can
         set_placement(&mut config, &to);
         async move { jsapi::request(client, &format!("STREAM.UPDATE.{}", ctx.stream), &config, timeout).await }
     };
-    if !send(ctx, OpKind::Move, Property::MoveEventuallySettles, request).await? {
+    if !send(ctx, OpKind::Move, Property::MoveEventuallySettles, json!({ "from": current, "to": to, "peers": peers(&info.view) }), request).await? {
         return Some(());
     }
-    tracing::debug!(from = ?current, ?to, "move requested");
     ctx.view.peers_changing(); // a strike aligned with the move
     sdk::check(Property::MovedWhileANodeWasDown, !sick.is_empty(), &json!({ "to": to, "unhealthy": sick }));
     if cancel_moves && rng.chance("cancel the move", ctx.cfg.operator.cancel_move_probability) {
         let (api, body) = (format!("STREAM.CANCEL_MOVE.{}", ctx.stream), json!({}));
         let cancel = || jsapi::request(client, &api, &body, timeout);
         // Refused when the move has finished already.
-        if send(ctx, OpKind::CancelMove, Property::MoveEventuallySettles, cancel).await? {
+        if send(ctx, OpKind::CancelMove, Property::MoveEventuallySettles, json!({ "to": to }), cancel).await? {
             sdk::hold(Property::MoveCancelled);
         }
     }

@@ -44,10 +44,9 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
     };
     let body = json!({ "peer": peer });
     let request = || jsapi::request(via, &api, &body, timeout);
-    if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, request).await? {
+    if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, json!({ "peer": peer, "peers": holders }), request).await? {
         return Some(());
     }
-    tracing::debug!(%peer, op = op.id(), "peer removal requested");
     ctx.view.peers_changing(); // a strike aligned with the change of peers
     sdk::check(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
     if wait {

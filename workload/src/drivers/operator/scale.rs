@@ -109,9 +109,9 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
     let before = ctx.live.retry("scale request", Property::ScaleEventuallySettles, &ctx.cancel, attempt).await?;
     Stats::add(&ctx.stats.scale_requests, 1);
     ctx.ops.count(OpKind::Scale, |c| c.done += 1);
+    ctx.ops.record(ctx, OpKind::Scale, "requested", json!({ "from": before, "to": replicas }));
     ctx.stats.replicas.store(replicas as u64, Relaxed);
     ctx.view.peers_changing();
-    tracing::debug!(from = before, to = replicas, "scale requested");
     Some(before)
 }
 
@@ -127,6 +127,7 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
             let config = info.raw["config"].clone();
             jsapi::set_replicas(client, &ctx.stream, config, replicas, ctx.api_timeout()).await.map_err(Failure::stalled)?;
             Stats::add(&ctx.stats.scale_reissued, 1);
+            ctx.ops.record(ctx, OpKind::Scale, "requested-again", json!({ "configured": info.view.config.num_replicas, "to": replicas }));
             return Err(Failure::stalled(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas)));
         }
         settling.judge(&info.view, settled(&info.view, replicas)).await
@@ -141,6 +142,7 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
     Stats::add(&ctx.stats.settle_ms_total, ms);
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
     sdk::hold(Property::ScaleWaitedUntilSettled);
+    ctx.ops.record(ctx, OpKind::Scale, "settled", json!({ "replicas": replicas, "settle_ms": ms }));
     // Settled means the requested count of peers, all current: that is the effect.
     ctx.ops.count(OpKind::Scale, |c| {
         c.settled += 1;

@@ -7,7 +7,7 @@ use crate::sdk;
 use crate::state::Ctx;
 use properties::operations::{peers, OpKind};
 use properties::Property;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Makes the stream's leader step down. `None` when stopped.
 pub async fn stream(ctx: &Ctx, client: &async_nats::Client, wait: bool) -> Option<()> {
@@ -25,7 +25,7 @@ pub async fn stream(ctx: &Ctx, client: &async_nats::Client, wait: bool) -> Optio
     };
     let api = format!("STREAM.LEADER.STEPDOWN.{}", ctx.stream);
     let request = || jsapi::request(client, &api, &Value::Null, timeout);
-    let accepted = send(ctx, OpKind::StreamStepdown, Property::StepdownEventuallyElects, request).await?;
+    let accepted = send(ctx, OpKind::StreamStepdown, Property::StepdownEventuallyElects, json!({ "peers": before }), request).await?;
     finish(ctx, client, OpKind::StreamStepdown, Property::StreamLeaderSteppedDown, accepted, &before, wait).await
 }
 
@@ -34,7 +34,7 @@ pub async fn meta(ctx: &Ctx, system: &async_nats::Client, client: &async_nats::C
     let timeout = ctx.api_timeout();
     let before: Vec<String> = ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await.into_iter().collect();
     let request = || jsapi::request(system, "META.LEADER.STEPDOWN", &Value::Null, timeout);
-    let accepted = send(ctx, OpKind::MetaStepdown, Property::StepdownEventuallyElects, request).await?;
+    let accepted = send(ctx, OpKind::MetaStepdown, Property::StepdownEventuallyElects, json!({ "leader": before }), request).await?;
     finish(ctx, client, OpKind::MetaStepdown, Property::MetaLeaderSteppedDown, accepted, &before, wait).await
 }
 
