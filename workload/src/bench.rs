@@ -222,8 +222,11 @@ fn summary(xs: &[Sample]) -> Value {
 /// machine, which moves single rounds by a third, so the ratio is steadier than one of
 /// medians.
 fn ratio(a: &[Sample], b: &[Sample]) -> f64 {
-    let r = median(paired(a, b).into_iter());
-    (r * 1000.0).round() / 1000.0
+    three_places(median(paired(a, b).into_iter()))
+}
+
+fn three_places(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 /// Each round's ratio of `a` over `b`.
@@ -234,8 +237,7 @@ fn paired(a: &[Sample], b: &[Sample]) -> Vec<f64> {
 /// The spread of the per-round ratios, lowest and highest, to three places.
 fn spread(a: &[Sample], b: &[Sample]) -> Value {
     let r = paired(a, b);
-    let round = |x: f64| (x * 1000.0).round() / 1000.0;
-    json!([round(r.iter().copied().fold(f64::INFINITY, f64::min)), round(r.iter().copied().fold(f64::NEG_INFINITY, f64::max))])
+    json!([three_places(r.iter().copied().fold(f64::INFINITY, f64::min)), three_places(r.iter().copied().fold(f64::NEG_INFINITY, f64::max))])
 }
 
 fn median(xs: impl Iterator<Item = f64>) -> f64 {

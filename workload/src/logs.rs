@@ -83,6 +83,15 @@ impl Persisting {
 }
 
 /// Sets up the log on stderr: `RUST_LOG` when set, else our info and no client chatter.
+/// Appends `record` to the JSON-lines file at `path` (faults.jsonl, operations.jsonl), one
+/// open per line so every line is on disk as it happens; a write that fails is dropped.
+pub fn append_json_line(path: &std::path::Path, record: &impl serde::Serialize) {
+    use std::io::Write;
+    if let (Ok(mut f), Ok(line)) = (std::fs::OpenOptions::new().create(true).append(true).open(path), serde_json::to_string(record)) {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
 pub fn init() {
     let shown = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,async_nats=off"));
     let client = filter::Targets::new().with_target("async_nats", tracing::Level::WARN);

@@ -24,7 +24,6 @@ use rand::{seq::SliceRandom, Rng};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -72,9 +71,7 @@ impl FaultLog {
     fn record(&self, e: FaultEvent) {
         tracing::info!(t_s = format!("{:.1}", e.t_s), kind = ?e.kind, nodes = ?e.nodes, detail = %e.detail, "fault {}", e.event);
         if let Some(path) = &self.file {
-            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-                let _ = writeln!(f, "{}", serde_json::to_string(&e).unwrap_or_default());
-            }
+            crate::logs::append_json_line(path, &e);
         }
         if let Ok(mut events) = self.events.lock() {
             events.push(e);

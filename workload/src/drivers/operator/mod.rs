@@ -68,11 +68,7 @@ impl OpTally {
     pub fn record(&self, ctx: &Ctx, op: OpKind, event: &str, detail: Value) {
         tracing::info!(op = op.id(), stream = %ctx.stream, %detail, "operation {event}");
         let Some((path, origin)) = self.log.get() else { return };
-        let line = json!({ "t_s": origin.elapsed().as_secs_f64(), "event": event, "op": op.id(), "stream": ctx.stream, "detail": detail });
-        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            use std::io::Write;
-            let _ = writeln!(f, "{line}");
-        }
+        crate::logs::append_json_line(path, &json!({ "t_s": origin.elapsed().as_secs_f64(), "event": event, "op": op.id(), "stream": ctx.stream, "detail": detail }));
     }
 
     pub fn count(&self, op: OpKind, f: impl FnOnce(&mut OpCounts)) {
