@@ -78,9 +78,19 @@ async fn a_replicated_consumer_keeps_every_confirmed_ack_through_its_leaders_cra
 async fn an_ack_whose_confirmation_was_lost_is_confirmed_when_sent_again() {
     use nix::sys::signal::Signal;
     let h = Harness::start("ackagain").await;
-    let cfg = h.config("durable.toml", "[durable]\nreplicas = [1]\nskip_ack_probability = 0.0\n");
-    let child = h.spawn("25s", &["--config", &cfg, "--operator", "false"]);
-    let i = consumers_server(&h, 3000).await;
+    // One ack in flight at a time: the consumer falls behind the publisher, and while it
+    // drains its backlog an ack is always waiting for its answer. No redelivery within the
+    // run: an ack left unanswered is confirmed only when sent again.
+    let cfg = h.config("durable.toml", "[durable]\nreplicas = [1]\nskip_ack_probability = 0.0\nacks_in_flight = 1\nack_wait = \"120s\"\n");
+    let child = h.spawn("40s", &["--config", &cfg, "--operator", "false"]);
+    let i = consumers_server(&h, 1000).await;
+    let client = h.client().await;
+    let api = format!("CONSUMER.INFO.{}.durable", h.stream);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while jsapi::request(&client, &api, &json!(null), T).await.map_or(0, |c| c["num_pending"].as_u64().unwrap_or(0)) < 2000 {
+        assert!(Instant::now() < deadline, "the durable consumer never fell behind; log: {}", h.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(h.cluster.nodes[i].signal(Signal::SIGSTOP));
     // Longer than the client's 5 s wait for an answer.
     tokio::time::sleep(Duration::from_secs(8)).await;

@@ -82,6 +82,9 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
     let mut acks = FuturesUnordered::new();
     let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, None);
     let mut poll = tokio::time::interval(POLL);
+    // A look can wait 5 s for a stopped server; the ticks missed meanwhile are not made up in
+    // a burst of looks, each of which could wait as long again while deliveries pile up.
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leader: Option<String> = None;
     // Sequences left unacknowledged on purpose, until they come again.
     let mut skipped: Vec<u64> = Vec::new();
@@ -122,7 +125,8 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
             tokio::select! {
                 _ = ctx.cancel.cancelled() => break 'consumer,
                 Some(done) = acks.next(), if !acks.is_empty() => {
-                    let (seq, reply, confirmed, again): AckAnswer = done;
+                    // A task that cannot answer (only at shutdown) leaves its ack unconfirmed.
+                    let Ok((seq, reply, confirmed, again)): Result<AckAnswer, _> = done else { continue };
                     if confirmed {
                         ledger.on_ack_confirmed(seq);
                         Stats::add(&ctx.stats.durable_acks_confirmed, 1);
@@ -161,7 +165,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         }
                         let Some((seq, reply)) = unconfirmed.pop_front() else { break };
                         if !ledger.is_confirmed(seq) {
-                            acks.push(double_ack(client.clone(), ctx.api_timeout(), seq, reply, true));
+                            acks.push(tokio::spawn(double_ack(client.clone(), ctx.api_timeout(), seq, reply, true)));
                         }
                     }
                     let races = redeliveries.expire(ctx.live.now(), 3 * ctx.cfg.durable.ack_wait);
@@ -225,7 +229,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         continue;
                     }
                     let Some(reply) = msg.reply.clone() else { continue };
-                    acks.push(double_ack(client.clone(), ctx.api_timeout(), seq, reply, false));
+                    acks.push(tokio::spawn(double_ack(client.clone(), ctx.api_timeout(), seq, reply, false)));
                 }
             }
         }
@@ -238,7 +242,8 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
 type AckAnswer = (u64, async_nats::Subject, bool, bool);
 
 /// Acks `seq` on its reply subject and waits for the server's confirmation (`again`: a
-/// repeat of an ack left unanswered).
+/// repeat of an ack left unanswered). Run as a task of its own, so its deadline holds while
+/// the driver waits on a look: an answer that comes later is a lost confirmation.
 async fn double_ack(client: async_nats::Client, timeout: Duration, seq: u64, reply: async_nats::Subject, again: bool) -> AckAnswer {
     // A confirmation is the server's empty reply; a no-responders status (which the client's
     // own double ack takes for one) is not.
