@@ -74,7 +74,8 @@ fn first_failure(report: &Value, id: &str) -> Value {
 /// workload's to fix: a message id stuck "in process" (`publish-eventually-acked` failed
 /// with 10158, and the operations stuck behind it), a durable consumer's ack floor
 /// passing a message it never delivered (`durable-nothing-skipped`, naming the message),
-/// and a corrupted copy kept ([`corrupted_copy_kept`]).
+/// a corrupted copy kept ([`corrupted_copy_kept`]) and a corrupted Raft snapshot keeping a
+/// node out of its group ([`corrupted_snapshot_kept_out`]).
 /// Each is printed with its details; anything else fails the test.
 pub fn assert_passes_but_known_server_issues(report: &Value, log: &str) {
     if report["verdict"] == "pass" {
@@ -82,6 +83,10 @@ pub fn assert_passes_but_known_server_issues(report: &Value, log: &str) {
     }
     if corrupted_copy_kept(report) {
         eprintln!("known 2.15.1 issue: one node's corrupted stream file left a copy with a hole: {}", report["properties"]);
+        return;
+    }
+    if corrupted_snapshot_kept_out(report) {
+        eprintln!("known 2.15.1 issue: one node's corrupted Raft snapshot kept it out of the stream's group: {}", report["failed"]);
         return;
     }
     let failed: Vec<&str> = report["failed"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
@@ -96,6 +101,19 @@ pub fn assert_passes_but_known_server_issues(report: &Value, log: &str) {
     if failed.contains(&"durable-nothing-skipped") {
         eprintln!("known 2.15.1 issue: a durable consumer's ack floor passed a message it never delivered: {skipped}");
     }
+}
+
+/// One node's Raft snapshot of the stream corrupted while it was stopped: 2.15.1 then
+/// refuses to start its part of the group ("stream assignment error: raft: snapshot
+/// corrupt") and never rebuilds it from the others, so only liveness fails (the health
+/// check, and what waits for every replica to be current), one of them naming that error;
+/// the final verification, which waits for a healthy cluster, answers unknown.
+fn corrupted_snapshot_kept_out(report: &Value) -> bool {
+    let failed: Vec<&str> = report["failed"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+    report["faults"]["starts"]["corrupt"].as_u64().unwrap_or(0) >= 1
+        && !failed.is_empty()
+        && failed.iter().all(|f| f.contains("eventually"))
+        && failed.iter().any(|f| first_failure(report, f)["last_error"].as_str().unwrap_or_default().contains("raft: snapshot corrupt"))
 }
 
 /// What a failed run showed, most telling first (CI cuts long messages in the middle):
