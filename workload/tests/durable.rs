@@ -11,19 +11,26 @@ use workload::jsapi;
 
 const T: Duration = Duration::from_secs(5);
 
-/// The index of the node leading the durable consumer, once it has acked `floor` messages.
-async fn consumers_server(h: &Harness, floor: u64) -> usize {
+/// The durable consumer's info, once `ready` holds for it, within `within` (`what` names
+/// the wait).
+async fn consumer_when(h: &Harness, within: Duration, what: &str, ready: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let client = h.client().await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let leader = loop {
+    let deadline = Instant::now() + within;
+    loop {
         if let Ok(info) = jsapi::request(&client, &format!("CONSUMER.INFO.{}.durable", h.stream), &json!(null), T).await {
-            if info["ack_floor"]["stream_seq"].as_u64().unwrap_or(0) >= floor {
-                break info["cluster"]["leader"].as_str().unwrap().to_string();
+            if ready(&info) {
+                return info;
             }
         }
-        assert!(Instant::now() < deadline, "the durable consumer never acked {floor}; log: {}", h.log());
+        assert!(Instant::now() < deadline, "the durable consumer never {what}; log: {}", h.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    }
+}
+
+/// The index of the node leading the durable consumer, once it has acked `floor` messages.
+async fn consumers_server(h: &Harness, floor: u64) -> usize {
+    let info = consumer_when(h, Duration::from_secs(60), &format!("acked {floor}"), |c| c["ack_floor"]["stream_seq"].as_u64().unwrap_or(0) >= floor).await;
+    let leader = info["cluster"]["leader"].as_str().unwrap().to_string();
     h.cluster.nodes.iter().position(|n| n.name == leader).unwrap()
 }
 
@@ -84,13 +91,7 @@ async fn an_ack_whose_confirmation_was_lost_is_confirmed_when_sent_again() {
     let cfg = h.config("durable.toml", "[durable]\nreplicas = [1]\nskip_ack_probability = 0.0\nacks_in_flight = 1\nack_wait = \"120s\"\n");
     let child = h.spawn("40s", &["--config", &cfg, "--operator", "false"]);
     let i = consumers_server(&h, 1000).await;
-    let client = h.client().await;
-    let api = format!("CONSUMER.INFO.{}.durable", h.stream);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while jsapi::request(&client, &api, &json!(null), T).await.map_or(0, |c| c["num_pending"].as_u64().unwrap_or(0)) < 2000 {
-        assert!(Instant::now() < deadline, "the durable consumer never fell behind; log: {}", h.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    consumer_when(&h, Duration::from_secs(20), "fell behind", |c| c["num_pending"].as_u64().unwrap_or(0) >= 2000).await;
     assert!(h.cluster.nodes[i].signal(Signal::SIGSTOP));
     // Longer than the client's 5 s wait for an answer.
     tokio::time::sleep(Duration::from_secs(8)).await;

@@ -7,11 +7,7 @@ mod common;
 use serde_json::Value;
 
 fn local_run(nodes: &str, duration: &str, config: &str, extra: &[&str]) -> (Value, String) {
-    local_run_in(1, nodes, duration, config, extra)
-}
-
-fn local_run_in(clusters: usize, nodes: &str, duration: &str, config: &str, extra: &[&str]) -> (Value, String) {
-    let (report, log, _) = local_run_logged(clusters, nodes, duration, config, extra);
+    let (report, log, _) = local_run_logged(1, nodes, duration, config, extra);
     (report, log)
 }
 

@@ -64,6 +64,11 @@ impl Finished {
     }
 }
 
+/// The ids of the properties a report names as failed.
+fn failed_ids(report: &Value) -> Vec<&str> {
+    report["failed"].as_array().unwrap().iter().filter_map(Value::as_str).collect()
+}
+
 /// A property's first failure in a report (null when it never failed or is not listed).
 fn first_failure(report: &Value, id: &str) -> Value {
     report["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).map(|p| p["first_failure"].clone()).unwrap_or(Value::Null)
@@ -89,7 +94,7 @@ pub fn assert_passes_but_known_server_issues(report: &Value, log: &str) {
         eprintln!("known 2.15.1 issue: one node's corrupted Raft snapshot kept it out of the stream's group: {}", report["failed"]);
         return;
     }
-    let failed: Vec<&str> = report["failed"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+    let failed = failed_ids(report);
     let stuck_error = first_failure(report, "publish-eventually-acked")["last_error"].as_str().unwrap_or_default().contains("10158");
     let behind_stuck = |f: &str| matches!(f, "publish-eventually-acked" | "scale-eventually-settles" | "move-eventually-settles" | "peer-removal-eventually-replaced" | "stepdown-eventually-elects");
     let skipped = first_failure(report, "durable-nothing-skipped");
@@ -109,7 +114,7 @@ pub fn assert_passes_but_known_server_issues(report: &Value, log: &str) {
 /// check, and what waits for every replica to be current), one of them naming that error;
 /// the final verification, which waits for a healthy cluster, answers unknown.
 fn corrupted_snapshot_kept_out(report: &Value) -> bool {
-    let failed: Vec<&str> = report["failed"].as_array().unwrap().iter().filter_map(|f| f.as_str()).collect();
+    let failed = failed_ids(report);
     report["faults"]["starts"]["corrupt"].as_u64().unwrap_or(0) >= 1
         && !failed.is_empty()
         && failed.iter().all(|f| f.contains("eventually"))
@@ -137,7 +142,7 @@ pub fn failure_summary(report: &Value, log: &str) -> String {
 /// the replica comparison shows one side with interior deletes the other lacks, and a gap
 /// the reader met (if any) was one the stream still held, no longer than that hole.
 pub fn corrupted_copy_kept(report: &Value) -> bool {
-    let failed: Vec<&str> = report["failed"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let failed = failed_ids(report);
     let allowed = ["acked-message-never-lost", "stream-state-covers-acks", "replicas-agree", "read-sequence-gap-free"];
     let replicas = first_failure(report, "replicas-agree");
     let corrupted = report["faults"]["starts"]["corrupt"].as_u64().unwrap_or(0) > 0;
