@@ -170,6 +170,18 @@ pub fn peer_gone(info: &StreamInfoView, removed: &str) -> Result<(), String> {
     }
 }
 
+/// A removal of `removed` from a stream that had `holders`, judged on `info`, given the
+/// servers membership changes took out of the cluster since (`since`): `Ok(None)` when the
+/// peer is gone; `Ok(Some(other))` when it is still there but another of `holders` was taken
+/// out meanwhile (the server replaces that one from the group as it stands, and may keep or
+/// take back `removed`: the later change wins); otherwise why it is not done.
+pub fn removal_done(info: &StreamInfoView, removed: &str, holders: &[String], since: &[String]) -> Result<Option<String>, String> {
+    match peer_gone(info, removed) {
+        Ok(()) => Ok(None),
+        Err(why) => since.iter().find(|s| holders.contains(s)).map(|other| Some(other.clone())).ok_or(why),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,5 +256,18 @@ mod tests {
         assert!(peer_gone(&v, "n3").is_ok());
         assert!(peer_gone(&v, "n1").is_err());
         assert!(peer_gone(&v, "n4").is_err());
+    }
+
+    #[test]
+    fn a_removal_still_undone_counts_as_superseded_only_after_another_holder_was_taken_out() {
+        let held = |h: &[&str]| h.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // The CI case of 2026-12-03: n1 evacuated from [n2, n1], then n2 removed.
+        let v = view(r#"{"config":{"num_replicas":2},"cluster":{"leader":"n3-2","replicas":[{"name":"n1"}]}}"#);
+        let holders = held(&["n2", "n1"]);
+        assert_eq!(removal_done(&v, "n1", &holders, &held(&["n2"])), Ok(Some("n2".to_string())));
+        assert!(removal_done(&v, "n1", &holders, &[]).unwrap_err().contains("n1 is still a peer"));
+        // A server that never held the stream supersedes nothing.
+        assert!(removal_done(&v, "n1", &holders, &held(&["n4"])).is_err());
+        assert_eq!(removal_done(&v, "n2", &holders, &held(&["n2"])), Ok(None));
     }
 }

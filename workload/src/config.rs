@@ -419,7 +419,8 @@ pub struct DurableConfig {
     pub ack_wait: Duration,
     /// Deliveries left unacknowledged on purpose, so redelivery is exercised.
     pub skip_ack_probability: f64,
-    /// Acks awaiting their confirmation at once.
+    /// Acks of deliveries awaiting their confirmation at once (resends of unanswered acks may
+    /// take as many again).
     pub acks_in_flight: usize,
 }
 

@@ -159,8 +159,11 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         }
                         Look::Unanswered => {}
                     }
+                    // Resends get as many slots again as deliveries: a consumer draining a
+                    // backlog keeps every delivery slot taken, and a resend that waited for a
+                    // free one could wait for the rest of the run (seen in CI with one slot).
                     for _ in 0..unconfirmed.len() {
-                        if acks.len() >= cap {
+                        if acks.len() >= 2 * cap {
                             break;
                         }
                         let Some((seq, reply)) = unconfirmed.pop_front() else { break };

@@ -103,6 +103,13 @@ impl FaultLog {
         starts
     }
 
+    /// The servers membership faults have removed from the meta group so far (their names
+    /// before they rejoined under new ones), oldest first.
+    pub fn servers_removed(&self) -> Vec<String> {
+        let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
+        events.iter().filter(|e| e.event == "start" && e.kind == FaultKind::Membership).filter_map(|e| e.detail["removed"].as_str().map(str::to_string)).collect()
+    }
+
     pub fn starts(&self) -> usize {
         self.events.lock().map(|e| e.iter().filter(|e| e.event == "start").count()).unwrap_or(0)
     }

@@ -44,6 +44,9 @@ pub struct OpCounts {
     /// Seen settled with the operation's effect: another leader after a stepdown, other
     /// peers after a move or removal.
     pub effect_seen: u64,
+    /// Waited for, settled, and found undone by a later removal of another of the
+    /// stream's servers (a membership fault): the server's later change wins.
+    pub superseded: u64,
 }
 
 /// Every operation's counts, and those never sent with why.

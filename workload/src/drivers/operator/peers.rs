@@ -9,7 +9,7 @@ use crate::jsapi;
 use crate::random::Chooser;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::{has_spare, peer_gone, peers, servers_with, OpKind};
+use properties::operations::{has_spare, peers, removal_done, servers_with, OpKind};
 use properties::Property;
 use serde_json::json;
 
@@ -22,6 +22,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
         return Some(());
     };
     let holders = peers(&info.view);
+    let removed_before = removed_servers(ctx).len();
     let tags_of = ctx.view.tags_of();
     // A replacement must exist, or the server rightly refuses ("peer remap failed"), and
     // beyond any peer the stream already lacks.
@@ -50,7 +51,25 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
     ctx.view.peers_changing(); // a strike aligned with the change of peers
     sdk::check(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
     if wait {
-        wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, &holders, |v| peer_gone(v, &peer)).await;
+        // A membership fault that takes another of the stream's servers out meanwhile may
+        // undo this removal (README, "An evacuation undone by a later removal"): counted.
+        let superseded = std::sync::Mutex::new(None);
+        let gone = |v: &properties::scale::StreamInfoView| {
+            let since: Vec<String> = removed_servers(ctx).into_iter().skip(removed_before).collect();
+            let other = removal_done(v, &peer, &holders, &since)?;
+            *superseded.lock().unwrap_or_else(|e| e.into_inner()) = other;
+            Ok(())
+        };
+        let settled = wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, &holders, gone).await;
+        if let (true, Some(other)) = (settled, superseded.into_inner().unwrap_or_else(|e| e.into_inner())) {
+            ctx.ops.record(ctx, op, "superseded", json!({ "peer": peer, "by_removal_of": other }));
+            ctx.ops.count(op, |c| c.superseded += 1);
+        }
     }
     Some(())
+}
+
+/// The servers the local injector's membership faults removed so far (none without it).
+fn removed_servers(ctx: &Ctx) -> Vec<String> {
+    ctx.faults.as_ref().map_or_else(Vec::new, |f| f.servers_removed())
 }
