@@ -211,6 +211,11 @@ fn compose_up_with_docker_faults_kills_and_isolates_nodes_and_still_passes() {
         .output()
         .unwrap();
     let out = text(&run);
+    // Once (CI, 2026-12-03, a build beside it) the command ran into its 600 s with no
+    // workload container: what it said then is what tells why.
+    let last: Vec<&str> = out.lines().rev().take(80).collect();
+    let last = last.into_iter().rev().collect::<Vec<_>>().join("\n");
+    assert!(!t.ok(&["ps", "-a", "-q", "workload"]).trim().is_empty(), "no workload container ({}); scripts/compose-up ended with:\n{last}", run.status);
     let (report, exit) = t.report();
     common::assert_passes_but_known_server_issues(&report, &out);
     let verdict = report["verdict"].as_str().unwrap_or_default();
