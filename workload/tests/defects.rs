@@ -65,7 +65,9 @@ async fn deleting_an_acked_message_fails_acked_message_never_lost() {
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_message_from_one_of_two_streams_fails_that_stream_and_names_it() {
     let h = Harness::start("two").await;
-    let child = h.spawn("12s", &["--streams", "2"]);
+    // Long enough for the slower stream to reach 2000 on a busy machine (in CI it had not
+    // by the end of a 12 s run: ~250 acks/s per stream).
+    let child = h.spawn("30s", &["--streams", "2"]);
     let client = h.client().await;
     let (first, second) = [0, 1].map(|i| workload::run::names(&workload::run::stream_run_id(&h.run_id, i, 2)).0).into();
     h.wait_for_stream(&client, &second, 2000).await;
@@ -268,7 +270,8 @@ async fn a_suspicion_open_when_the_run_stops_is_answered_by_the_final_verificati
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_silently_missing_messages_fails_replicas_agree() {
     let mut h = Harness::start("diverged").await;
-    let child = h.spawn("30s", &["--operator", "false", "--payload-size", "1024"]);
+    // 20,000 messages took 30 s and more in CI (500-700 acks/s): the run must outlast that.
+    let child = h.spawn("60s", &["--operator", "false", "--payload-size", "1024"]);
     let client = h.client().await;
     h.wait_for_messages(&client, 20_000).await; // more than one 8 MB block
     let info = jsapi::stream_info(&client, &h.stream, T).await.unwrap();
