@@ -106,8 +106,10 @@ impl FaultLog {
     /// The servers membership faults have removed from the meta group so far (their names
     /// before they rejoined under new ones), oldest first.
     pub fn servers_removed(&self) -> Vec<String> {
-        let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
-        events.iter().filter(|e| e.event == "start" && e.kind == FaultKind::Membership).filter_map(|e| e.detail["removed"].as_str().map(str::to_string)).collect()
+        // Read under the lock, as `starts` does: the operator asks at every settle look, and a
+        // long run's log is long.
+        let removed = |e: &FaultEvent| if e.event == "start" && e.kind == FaultKind::Membership { e.detail["removed"].as_str().map(str::to_string) } else { None };
+        self.events.lock().map(|events| events.iter().filter_map(removed).collect()).unwrap_or_default()
     }
 
     pub fn starts(&self) -> usize {
