@@ -160,6 +160,21 @@ pub fn has_spare(allowed: &[&str], holders: &[String], replicas: usize) -> bool 
     spares > replicas.saturating_sub(holders.len())
 }
 
+/// `SERVER.EVACUATE` moves every stream off `server`, and 2.15.1 drops the server from a
+/// stream that has nowhere else to go, leaving it short a peer with nothing pending (an R3
+/// stream on three servers stays on two: configured 3, two peers, no desired state). So a
+/// server is evacuated only when every stream it holds (`streams`, the account's, other
+/// runs' included) has a spare inside its placement; `Err` names the first that has not.
+pub fn evacuation_leaves_room(streams: &[StreamInfoView], server: &str, tags_of: &BTreeMap<String, BTreeSet<String>>) -> Result<(), String> {
+    for s in streams {
+        let holders = peers(s);
+        if holders.iter().any(|h| h == server) && !has_spare(&servers_with(tags_of, &s.config.placement.required()), &holders, s.config.num_replicas) {
+            return Err(format!("stream {} (R{} on {}) has no spare for {server}", s.config.name, s.config.num_replicas, holders.join(", ")));
+        }
+    }
+    Ok(())
+}
+
 /// `Ok` once `removed` is no longer one of the stream's peers.
 pub fn peer_gone(info: &StreamInfoView, removed: &str) -> Result<(), String> {
     let now = peers(info);
@@ -196,6 +211,24 @@ mod tests {
         let five = ["n1", "n2", "n3", "n4", "n5"];
         assert!(has_spare(&five, &held(&["n1", "n2"]), 3), "two spares for the gap and the replacement");
         assert!(!has_spare(&five[..3], &held(&["n1"]), 3), "two short, two spares: none left to replace");
+    }
+
+    #[test]
+    fn a_server_is_evacuated_only_when_every_stream_on_it_can_move() {
+        let stream = |name: &str, replicas: usize, on: &[&str]| {
+            serde_json::from_value::<StreamInfoView>(serde_json::json!({
+                "config": { "name": name, "num_replicas": replicas },
+                "cluster": { "leader": on[0], "replicas": on[1..].iter().map(|n| serde_json::json!({ "name": n, "current": true })).collect::<Vec<_>>() }
+            }))
+            .unwrap()
+        };
+        let tags_of: BTreeMap<String, BTreeSet<String>> = ["n1", "n2", "n3"].iter().map(|n| (n.to_string(), BTreeSet::new())).collect();
+        let r1 = stream("A", 1, &["n3"]);
+        let r3 = stream("B", 3, &["n1", "n2", "n3"]);
+        assert_eq!(evacuation_leaves_room(std::slice::from_ref(&r1), "n3", &tags_of), Ok(()));
+        assert_eq!(evacuation_leaves_room(&[r1.clone(), r3.clone()], "n1", &tags_of).unwrap_err(), "stream B (R3 on n1, n2, n3) has no spare for n1");
+        assert!(evacuation_leaves_room(&[r1, r3], "n3", &tags_of).is_err(), "the other stream on the server counts too");
+        assert_eq!(evacuation_leaves_room(&[stream("C", 2, &["n1", "n2"])], "n3", &tags_of), Ok(()), "a stream not on the server is not moved");
     }
 
     fn view(json: &str) -> StreamInfoView {

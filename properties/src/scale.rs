@@ -18,6 +18,9 @@ pub struct StreamInfoView {
 
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ConfigView {
+    /// Absent in replies that name the stream elsewhere.
+    #[serde(default)]
+    pub name: String,
     pub num_replicas: usize,
     #[serde(default)]
     pub placement: PlacementView,

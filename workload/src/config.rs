@@ -203,8 +203,13 @@ pub struct Schedule {
     pub gap_min: Duration,
     #[serde(with = "humantime_serde")]
     pub gap_max: Duration,
-    /// Nodes faulty at once; 0 means a minority ((nodes - 1) / 2, at least 1).
+    /// Nodes faulty at once; 0 means a minority ((nodes - 1) / 2, at least 1), or a bare
+    /// majority with `majority`.
     pub max_faulty: usize,
+    /// With `max_faulty = 0`: faults may overlap on a bare majority (nodes / 2 + 1, at most
+    /// nodes - 1: two of three, three of five), so groups lose quorum and regain it, as the
+    /// nemesis that found seed 000's lost writes killed a majority.
+    pub majority: bool,
     /// Chance that a fault strikes a node whose role matters right now (the sole replica
     /// of an R1 stream, the stream leader, a replica catching up, the meta leader, a
     /// follower, in that order of weight) rather than any node.
@@ -237,6 +242,7 @@ impl Default for Schedule {
             gap_min: Duration::from_millis(500),
             gap_max: Duration::from_secs(3),
             max_faulty: 0,
+            majority: false,
             target_bias: 0.5,
             align_probability: 0.25,
             flip_replicas: false,
@@ -263,6 +269,7 @@ impl Schedule {
             fault_max: Duration::from_secs(8),
             gap_min: Duration::from_secs(2),
             gap_max: Duration::from_secs(8),
+            majority: true,
             target_bias: 0.8,
             align_probability: 0.6,
             flip_replicas: true,
@@ -353,6 +360,7 @@ impl Schedule {
     /// Nodes that may be faulty at once in a cluster of `n`.
     pub fn max_faulty(&self, n: usize) -> usize {
         match self.max_faulty {
+            0 if self.majority => (n / 2 + 1).min(n.saturating_sub(1)).max(1),
             0 => ((n.saturating_sub(1)) / 2).max(1),
             m => m,
         }
@@ -708,6 +716,16 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/workload.toml");
         assert_eq!(Config::load(Some(&path)).unwrap(), Config::default());
         Config::default().validate(Some(3)).unwrap();
+    }
+
+    #[test]
+    fn a_majority_profile_lets_all_but_a_minority_fail() {
+        let gentle = Schedule::default();
+        let aggressive = Schedule::aggressive();
+        let counts = |s: &Schedule| [1, 3, 5, 7].map(|n| s.max_faulty(n));
+        assert_eq!(counts(&gentle), [1, 1, 2, 3], "a minority, at least one");
+        assert_eq!(counts(&aggressive), [1, 2, 3, 4], "a bare majority, never every node");
+        assert_eq!(Schedule { max_faulty: 1, ..aggressive }.max_faulty(5), 1, "an explicit count wins");
     }
 
     #[test]

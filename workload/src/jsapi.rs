@@ -13,6 +13,8 @@ use std::time::Duration;
 pub const STREAM_NOT_FOUND: u64 = 10059;
 pub const NO_MESSAGE_FOUND: u64 = 10037;
 pub const STREAM_NAME_IN_USE: u64 = 10058;
+/// "stream move already in progress": an update refused while a move is carried out.
+pub const STREAM_MOVE_IN_PROGRESS: u64 = 10124;
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ApiError {
@@ -81,6 +83,26 @@ async fn stream_info_with(client: &Client, stream: &str, body: &Value, timeout: 
     let raw = request(client, &format!("STREAM.INFO.{stream}"), body, timeout).await?;
     let view = serde_json::from_value(raw.clone()).map_err(|e| ApiError::Decode(e.to_string()))?;
     Ok(StreamInfo { view, raw })
+}
+
+/// Every stream of the account (`STREAM.LIST`, page by page). A list that some stream
+/// leaders did not answer (`missing`) is an error: what it left out cannot be judged.
+pub async fn all_streams(client: &Client, timeout: Duration) -> Result<Vec<StreamInfoView>, ApiError> {
+    let mut streams = Vec::new();
+    loop {
+        let page = request(client, "STREAM.LIST", &json!({ "offset": streams.len() }), timeout).await?;
+        if page["missing"].as_array().is_some_and(|m| !m.is_empty()) {
+            return Err(ApiError::Decode(format!("streams missing from the list: {}", page["missing"])));
+        }
+        // `streams` may be null rather than empty.
+        let batch: Vec<StreamInfoView> = serde_json::from_value::<Option<_>>(page["streams"].clone()).map_err(|e| ApiError::Decode(e.to_string()))?.unwrap_or_default();
+        let total = page["total"].as_u64().unwrap_or(0) as usize;
+        let empty = batch.is_empty();
+        streams.extend(batch);
+        if empty || streams.len() >= total {
+            return Ok(streams);
+        }
+    }
 }
 
 /// The config this workload creates its stream with.

@@ -405,6 +405,10 @@ fn run_matrix(m: &MatrixArgs) -> ExitCode {
         install_dir: m.install_dir.clone(),
         extra: m.local_args.clone(),
     };
+    if let Some(flag) = matrix::flag_set_per_run(&spec.extra) {
+        eprintln!("matrix: {flag} is the matrix's own option (give it before `--`), not one to pass on to every run");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let rows = match matrix::run(&spec) {
         Ok(rows) => rows,
         Err(e) => {

@@ -165,6 +165,15 @@ pub fn install(release: &Release, install_dir: &Path) -> Result<PathBuf, String>
     }
 }
 
+/// The flags the matrix gives every `workload local` itself.
+const SET_PER_RUN: [&str; 5] = ["--nats-server", "--seed", "--duration", "--nodes", "--out"];
+
+/// The first argument after `--` that repeats a flag the matrix sets per run (`--nodes 5`
+/// or `--nodes=5`): `workload local` would refuse it, and every run would be "not run".
+pub fn flag_set_per_run(extra: &[String]) -> Option<&'static str> {
+    extra.iter().find_map(|a| SET_PER_RUN.into_iter().find(|f| a == f || a.starts_with(&format!("{f}="))))
+}
+
 /// Runs every release × seed (`parallel` at a time), each as `<self> local`, and returns the
 /// rows in release, then seed, order. A release that cannot be installed gives "not run" rows.
 pub fn run(spec: &Spec) -> Result<Vec<Row>, String> {
@@ -247,6 +256,15 @@ mod tests {
         assert_eq!(Release::parse("./bin/nats-server"), Ok(Release::Binary("./bin/nats-server".into())));
         assert!(Release::parse("latest").is_err());
         assert!(Release::parse("2.12").is_err());
+    }
+
+    #[test]
+    fn flags_the_matrix_sets_are_not_passed_on() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(flag_set_per_run(&args(&["--fault-profile", "aggressive"])), None);
+        assert_eq!(flag_set_per_run(&args(&["--fault-profile", "gentle", "--nodes", "5"])), Some("--nodes"));
+        assert_eq!(flag_set_per_run(&args(&["--seed=3"])), Some("--seed"));
+        assert_eq!(flag_set_per_run(&args(&["--nodes-extra"])), None);
     }
 
     #[test]

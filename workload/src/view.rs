@@ -42,23 +42,69 @@ pub struct ClusterView {
     /// Counts the operator's changes of replicas or peers: the injector may strike right
     /// after one.
     changes: watch::Sender<u64>,
-    /// Each server's placement tags, by name, as its `/varz` gave them.
-    tags: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// Each node's server name and placement tags, by the node's place in the cluster's
+    /// list, as its `/varz` last gave them.
+    tags: Mutex<BTreeMap<usize, (String, BTreeSet<String>)>>,
     /// Copies of the stream that hold everything its leader holds, each read from its own
     /// node, with the wipe generation the look began in (see [`ClusterView::wiping`]).
     copies: Mutex<(u64, usize)>,
     wipes: std::sync::atomic::AtomicU64,
+    /// Who is taking a copy of the stream away right now (see [`ClusterView::taking`]).
+    taker: Mutex<Taker>,
+}
+
+/// Two actors take copies of the stream away: the fault injector (a membership change wipes
+/// a server, a disk fault damages it) and the operator (a scale down or `PEER.REMOVE` drops
+/// a peer at once, before any replacement holds the data). Each checks that a second whole
+/// copy exists before it acts, but from a look that the other's act, made meanwhile, makes
+/// stale: a peer removal on an R2 stream and a wipe of its other server 0.7 s later left
+/// no copy at all (2.15.1, seed 21, 5 nodes: 1,238,681 acks gone). So a fault waits for
+/// the operator's drops to be seen carried out, and the operator drops nothing while a
+/// fault destroys a copy. Drops may overlap: the server orders them.
+#[derive(Debug, Default)]
+struct Taker {
+    /// A data-destroying fault, from the strike until it ends.
+    fault: bool,
+    /// The operator's drops not yet seen carried out.
+    drops: Vec<PeerDrop>,
+}
+
+/// One drop, until a look begun after it (`generation`) shows it carried out (at most
+/// `replicas` peers, `gone` not among them) or `until` passes (a request the meta group
+/// never carried out).
+#[derive(Debug)]
+struct PeerDrop {
+    gone: Option<String>,
+    replicas: usize,
+    generation: u64,
+    until: std::time::Instant,
 }
 
 impl Default for ClusterView {
     fn default() -> Self {
-        Self { snapshot: Mutex::default(), changes: watch::channel(0).0, tags: Mutex::default(), copies: Mutex::default(), wipes: Default::default() }
+        Self {
+            snapshot: Mutex::default(),
+            changes: watch::channel(0).0,
+            tags: Mutex::default(),
+            copies: Mutex::default(),
+            wipes: Default::default(),
+            taker: Mutex::default(),
+        }
     }
 }
 
 impl ClusterView {
-    /// What STREAM.INFO (from the stream leader) says now.
-    pub fn saw_stream(&self, info: &StreamInfoView) {
+    /// What STREAM.INFO (from the stream leader) says now, from a look begun in wipe
+    /// generation `generation` (read before the request went out).
+    pub fn saw_stream(&self, info: &StreamInfoView, generation: u64) {
+        if let Ok(mut t) = self.taker.lock() {
+            let peers = properties::operations::peers(info);
+            let now = std::time::Instant::now();
+            t.drops.retain(|d| {
+                let done = generation >= d.generation && peers.len() <= d.replicas && d.gone.as_ref().is_none_or(|g| !peers.contains(g));
+                !done && now < d.until
+            });
+        }
         let Ok(mut s) = self.snapshot.lock() else { return };
         s.replicas = info.config.num_replicas;
         match &info.cluster {
@@ -92,21 +138,19 @@ impl ClusterView {
         }
     }
 
-    /// Servers' tags, from their `/varz`: replaces what was known when all `of` nodes
-    /// answered, else adds to it.
-    pub fn saw_tags(&self, seen: BTreeMap<String, BTreeSet<String>>, of: usize) {
+    /// Node `i`'s server name and tags, from its `/varz`. A node that came back under a new
+    /// name after a membership change replaces its old name: the removed server must not
+    /// count as a spare (an evacuation judged on such a stale name, while another node did
+    /// not answer, left an R3 stream on three servers short for good: CI, 2026-12-03).
+    pub fn saw_tags(&self, i: usize, name: String, tags: BTreeSet<String>) {
         if let Ok(mut t) = self.tags.lock() {
-            if seen.len() == of {
-                *t = seen;
-            } else {
-                t.extend(seen);
-            }
+            t.insert(i, (name, tags));
         }
     }
 
-    /// Every server seen so far, with its tags.
+    /// Every server now in the cluster (each node under its latest name), with its tags.
     pub fn tags_of(&self) -> BTreeMap<String, BTreeSet<String>> {
-        self.tags.lock().map(|t| t.clone()).unwrap_or_default()
+        self.tags.lock().map(|t| t.values().cloned().collect()).unwrap_or_default()
     }
 
     /// The operator changed the stream's replicas or peers just now (a scale, a move, a
@@ -147,6 +191,55 @@ impl ClusterView {
         self.wipes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// The injector is about to destroy a copy (true), unless the operator is dropping one
+    /// (false). Looks begun before count for nothing. Ends with [`ClusterView::destroyed`].
+    pub fn destroying(&self) -> bool {
+        let Ok(mut t) = self.taker.lock() else { return false };
+        if t.fault || !t.drops.is_empty() {
+            return false;
+        }
+        t.fault = true;
+        self.wiping();
+        true
+    }
+
+    /// The data-destroying fault has ended (the server is back, empty or damaged).
+    pub fn destroyed(&self) {
+        if let Ok(mut t) = self.taker.lock() {
+            t.fault = false;
+        }
+    }
+
+    /// The operator is about to drop a peer (true): `gone` if it names it, leaving at most
+    /// `replicas` (0 for a drop no look at the stream shows: it lasts until `at_most`);
+    /// false while a fault destroys a copy. Looks begun before count for nothing. Ends by
+    /// itself: see [`PeerDrop`].
+    pub fn dropping(&self, gone: Option<&str>, replicas: usize, at_most: std::time::Duration) -> bool {
+        let Ok(mut t) = self.taker.lock() else { return false };
+        if t.fault {
+            return false;
+        }
+        // Another wipe in between only makes the look that ends this drop a later one.
+        self.wiping();
+        let generation = self.wipe_generation();
+        t.drops.push(PeerDrop { gone: gone.map(str::to_string), replicas, generation, until: std::time::Instant::now() + at_most });
+        true
+    }
+
+    /// The operator's request was refused: nothing of it to wait for.
+    pub fn not_dropped(&self, gone: Option<&str>, replicas: usize) {
+        if let Ok(mut t) = self.taker.lock() {
+            if let Some(i) = t.drops.iter().rposition(|d| d.gone.as_deref() == gone && d.replicas == replicas) {
+                t.drops.remove(i);
+            }
+        }
+    }
+
+    /// Whether the injector or the operator is taking a copy away now.
+    pub fn taking(&self) -> bool {
+        self.taker.lock().map_or(true, |t| t.fault || !t.drops.is_empty())
+    }
+
     /// Whole copies of the stream at the last look begun since the last wipe (0 if none).
     pub fn complete_copies(&self) -> usize {
         let generation = self.wipe_generation();
@@ -185,16 +278,29 @@ mod tests {
     }
 
     #[test]
+    fn a_node_back_under_a_new_name_replaces_its_old_one() {
+        let v = ClusterView::default();
+        let tags = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        v.saw_tags(0, "n1".into(), tags(&["a"]));
+        v.saw_tags(2, "n3".into(), tags(&["b"]));
+        // A membership change: node 2 rejoins as n3-2, while node 1 has not answered yet.
+        v.saw_tags(2, "n3-2".into(), tags(&["b"]));
+        let known = v.tags_of();
+        assert_eq!(known.keys().collect::<Vec<_>>(), ["n1", "n3-2"], "the removed name is no spare");
+        assert_eq!(known["n3-2"], tags(&["b"]));
+    }
+
+    #[test]
     fn roles_follow_what_the_stream_and_meta_group_say() {
         let v = ClusterView::default();
         assert!(v.roles("n1").is_empty(), "nothing seen yet");
         v.saw_stream(&info(r#"{"config":{"num_replicas":3},"cluster":{"leader":"n1","replicas":[
-            {"name":"n2","current":true},{"name":"n3","current":false}]}}"#));
+            {"name":"n2","current":true},{"name":"n3","current":false}]}}"#), 0);
         v.saw_meta_leader(Some("n2".into()));
         assert_eq!(v.roles("n1"), vec![Role::StreamLeader]);
         assert_eq!(v.roles("n2"), vec![Role::MetaLeader, Role::Follower]);
         assert_eq!(v.roles("n3"), vec![Role::CatchingUp]);
-        v.saw_stream(&info(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n3"}}"#));
+        v.saw_stream(&info(r#"{"config":{"num_replicas":1},"cluster":{"leader":"n3"}}"#), 0);
         assert_eq!(v.roles("n3"), vec![Role::SoleReplica]);
         assert_eq!(v.roles("n1"), Vec::<Role>::new());
         let scales = v.peer_changes();
@@ -215,5 +321,33 @@ mod tests {
         assert_eq!(v.complete_copies(), 0);
         v.saw_copies(v.wipe_generation(), 2);
         assert_eq!(v.complete_copies(), 2);
+    }
+
+    #[test]
+    fn a_copy_is_taken_by_a_fault_or_by_drops_never_both() {
+        let r2 = |peers: &str| info(&format!(r#"{{"config":{{"num_replicas":2}},"cluster":{{"leader":"n1","replicas":[{peers}]}}}}"#));
+        let long = std::time::Duration::from_secs(60);
+        let v = ClusterView::default();
+        assert!(v.destroying(), "nobody took a copy");
+        assert!(!v.dropping(Some("n2"), 2, long), "no drop while a fault destroys a copy");
+        v.destroyed();
+        let before = v.wipe_generation();
+        assert!(v.dropping(Some("n2"), 2, long));
+        assert!(v.dropping(None, 1, long), "drops may overlap");
+        assert!(!v.destroying() && v.taking());
+        v.saw_stream(&r2(r#"{"name":"n3","current":false}"#), before);
+        assert!(v.taking(), "a look begun before the drops shows nothing of them");
+        let after = v.wipe_generation();
+        v.saw_stream(&r2(r#"{"name":"n2","current":true}"#), after);
+        assert!(v.taking(), "n2 is still a peer");
+        v.saw_stream(&r2(r#"{"name":"n3","current":false}"#), after);
+        assert!(v.taking(), "n2 has gone, but two peers are more than the scale down's one");
+        v.not_dropped(None, 1);
+        v.saw_stream(&r2(r#"{"name":"n3","current":false}"#), after);
+        assert!(!v.taking() && v.destroying(), "the removal was carried out and the scale down refused");
+        v.destroyed();
+        assert!(v.dropping(None, 1, std::time::Duration::ZERO));
+        v.saw_stream(&r2(r#"{"name":"n3","current":true}"#), 0);
+        assert!(!v.taking(), "a drop never carried out ends at its deadline");
     }
 }

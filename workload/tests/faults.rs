@@ -25,11 +25,11 @@ fn injector(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>) -> Injector {
 
 /// Polls `f` for up to 30 s.
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut f: impl FnMut() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f().await {
-        assert!(Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    common::eventually(what, Duration::from_secs(30), || {
+        let holds = f();
+        async move { holds.await.then_some(()).ok_or("not yet") }
+    })
+    .await
 }
 
 async fn routes(monitor: &str) -> u64 {
@@ -297,7 +297,7 @@ async fn a_biased_strike_hits_the_stream_leader_of_that_moment() {
     let info = jsapi::stream_info(&client, stream, t).await.unwrap();
     let leader = info.view.cluster.as_ref().and_then(|c| c.leader.clone()).unwrap();
     let view = Arc::new(ClusterView::default());
-    view.saw_stream(&info.view);
+    view.saw_stream(&info.view, view.wipe_generation());
     let log = Arc::new(FaultLog::new(None));
     let mut inj = Injector::new(cluster.clone(), cfg, Source::Seeded(3), log.clone()).with_view(view);
     let struck = inj.strike(&[Role::StreamLeader]).await;
@@ -402,4 +402,58 @@ fn a_killed_workload_leaves_no_server_behind() {
         assert!(Instant::now() < deadline, "nats-server processes outlived the workload");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A peer removal and a membership change must not take the stream's two copies at once
+/// (2.15.1, seed 21: `PEER.REMOVE` of one peer of an R2 stream, the other's server wiped
+/// 0.7 s later, and every acknowledged message gone). The injector holds a data-destroying
+/// fault back until a look shows the removal carried out, and the operator drops no peer
+/// while such a fault is under way.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_membership_change_waits_for_a_peer_removal_to_be_carried_out() {
+    let (_dir, cluster) = proxied("turns").await;
+    let client = stream_with_messages(&cluster, "TURNS", 200).await;
+    let t = Duration::from_secs(5);
+    let mut config = jsapi::stream_info(&client, "TURNS", t).await.unwrap().raw["config"].clone();
+    config["num_replicas"] = 2.into();
+    eventually("the stream is scaled to two replicas", || async { jsapi::request(&client, "STREAM.UPDATE.TURNS", &config, t).await.is_ok() }).await;
+    let settled = || async { jsapi::stream_info(&client, "TURNS", t).await.is_ok_and(|i| properties::scale::settled(&i.view, 2).is_ok()) };
+    eventually("the stream settles at two replicas", settled).await;
+    let mut cfg = Config::default();
+    (cfg.operator.system_user, cfg.operator.system_password) = (workload::cluster::SYSTEM_USER.into(), workload::cluster::SYSTEM_PASSWORD.into());
+    cfg.faults.profiles.get_mut("gentle").unwrap().kinds = vec![FaultKind::Membership];
+    let view = Arc::new(ClusterView::default());
+    let look = |view: &ClusterView, info: &jsapi::StreamInfo, generation: u64| {
+        view.saw_stream(&info.view, generation);
+        view.saw_copies(generation, 2); // every replica listed is whole: the test waited for it
+    };
+    let g = view.wipe_generation();
+    let info = jsapi::stream_info(&client, "TURNS", t).await.unwrap();
+    look(&view, &info, g);
+    let log = Arc::new(FaultLog::new(None));
+    let mut inj = Injector::new(cluster.clone(), cfg, Source::Seeded(1), log.clone()).with_view(view.clone());
+
+    let follower = info.view.cluster.as_ref().unwrap().replicas[0].name.clone();
+    assert!(view.dropping(Some(&follower), 2, Duration::from_secs(60)), "nothing destroys a copy yet");
+    jsapi::request(&client, "STREAM.PEER.REMOVE.TURNS", &serde_json::json!({ "peer": follower }), t).await.unwrap();
+    // A look begun after the request but answered before the meta group carried it out:
+    // both copies still listed and whole.
+    look(&view, &info, view.wipe_generation());
+    assert_eq!(view.complete_copies(), 2);
+    assert!(inj.strike(&[]).await.is_empty(), "no wipe while the removal is not seen carried out");
+    assert!(log.events.lock().unwrap().is_empty());
+
+    let g = view.wipe_generation();
+    let replaced = |i: &jsapi::StreamInfo| !properties::operations::peers(&i.view).contains(&follower) && properties::scale::settled(&i.view, 2).is_ok();
+    eventually("the removal is carried out and the replacement is current", || async {
+        jsapi::stream_info(&client, "TURNS", t).await.is_ok_and(|i| replaced(&i))
+    }).await;
+    let info = jsapi::stream_info(&client, "TURNS", t).await.unwrap();
+    look(&view, &info, g);
+    assert!(!view.taking(), "the look begun after the removal ended its turn");
+    let struck = inj.strike(&[]).await;
+    assert_eq!(struck.len(), 1, "the wipe goes ahead now");
+    assert!(!view.dropping(None, 1, Duration::from_secs(60)), "no scale down while a server is wiped");
+    inj.heal_all("test").await;
+    assert!(view.dropping(None, 1, Duration::from_secs(60)), "the wipe has ended");
 }

@@ -26,16 +26,17 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut placement = PlacementJudge::default();
     while !ctx.cancel.is_cancelled() {
         let acked_before = Stats::get(&ctx.stats.last_acked_seq);
+        // Read first: the look, STREAM.INFO included, began in this wipe generation.
+        let generation = ctx.view.wipe_generation();
         let answer = jsapi::stream_info_deleted(&client, &ctx.stream, ctx.api_timeout()).await;
         watch.observe(&ctx, &answer, acked_before);
         if let Ok(info) = &answer {
-            ctx.view.saw_stream(&info.view);
+            ctx.view.saw_stream(&info.view, generation);
             placement.look(&ctx, &info.view).await;
         }
         if probe.enabled() {
             ctx.view.saw_meta_leader(probe.meta_leader().await);
             if let Ok(info) = &answer {
-                let generation = ctx.view.wipe_generation();
                 let look = probe.compare(&ctx.stream, &info.view, false).await;
                 let complete = match &look {
                     ReplicaLook::Compared { leader, followers, .. } => complete_copies(leader, followers),

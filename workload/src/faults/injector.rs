@@ -405,7 +405,20 @@ impl Injector {
     fn destroying_allowed(&self, kind: FaultKind) -> bool {
         (kind != FaultKind::Membership || self.cfg.operator.system_account().is_some())
             && !self.active.iter().any(|a| a.kind.destroys_data())
-            && self.views().all(|v| v.settled_with_copies(kind.min_replicas()) && v.complete_copies() >= 2)
+            && self.views().all(|v| !v.taking() && v.settled_with_copies(kind.min_replicas()) && v.complete_copies() >= 2)
+    }
+
+    /// Takes the turn to destroy a copy in every stream's view (see [`ClusterView::destroying`]);
+    /// false, and nothing taken, when the operator is dropping a peer of one of them.
+    fn take_copies(&self) -> bool {
+        let views: Vec<&Arc<ClusterView>> = self.views().collect();
+        for (i, v) in views.iter().enumerate() {
+            if !v.destroying() {
+                views[..i].iter().for_each(|v| v.destroyed());
+                return false;
+            }
+        }
+        true
     }
 
     fn faulty(&self) -> Vec<usize> {
@@ -433,6 +446,11 @@ impl Injector {
             }
         }
         let Some(kind) = self.round.next(&mut self.rng, |k| allowed.contains(&k)) else { return Vec::new() };
+        // The operator may have started dropping a peer since the look above.
+        if kind.destroys_data() && !self.take_copies() {
+            self.round.later(kind);
+            return Vec::new();
+        }
         let names = self.target.names(&healthy).await;
         // Removing (or damaging) the server of the durable consumer's only replica would
         // destroy the consumer: 2.15.1 then leaves it leaderless for good, and every
@@ -637,6 +655,9 @@ impl Injector {
             Target::Local(c) => Self::end_local(&c.clone(), &a).await,
         };
         self.record("end", a.kind, &a.nodes, detail).await;
+        if a.kind.destroys_data() {
+            self.views().for_each(|v| v.destroyed());
+        }
         if matches!(a.kind, FaultKind::Corrupt | FaultKind::SnapshotRollback) || a.kind.cuts_power() {
             for &i in &a.nodes {
                 self.watch_come_back(i).await;

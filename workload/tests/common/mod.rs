@@ -128,9 +128,24 @@ pub fn failure_summary(report: &Value, log: &str) -> String {
     for f in report["failed"].as_array().into_iter().flatten().filter_map(Value::as_str) {
         out += &format!("  {f}: {}\n", first_failure(report, f));
     }
+    // What the cluster went through: the faults (from the report) and the operations (the
+    // log's "operation ..." lines), the last 40 of each; a liveness failure is read against them.
+    let faults: Vec<String> = report["faults"]["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| format!("{:>8.1}s {} {} {}", e["t_s"].as_f64().unwrap_or(0.0), e["event"].as_str().unwrap_or(""), e["kind"].as_str().unwrap_or(""), e["nodes"]))
+        .collect();
+    out += &format!("--- faults (last 40 of {}) ---\n{}\n", faults.len(), last(&faults, 40).join("\n"));
+    let ops: Vec<&str> = log.lines().filter(|l| l.contains(" operation ")).collect();
+    out += &format!("--- operations (last 40 of {}) ---\n{}\n", ops.len(), last(&ops, 40).join("\n"));
     let lines: Vec<&str> = log.lines().collect();
-    out += &format!("--- last lines of the log ---\n{}", lines[lines.len().saturating_sub(80)..].join("\n"));
+    out += &format!("--- last lines of the log ---\n{}", last(&lines, 80).join("\n"));
     out
+}
+
+fn last<T>(lines: &[T], n: usize) -> &[T] {
+    &lines[lines.len().saturating_sub(n)..]
 }
 
 /// README, "A corrupted copy kept, and acknowledged messages lost with it": after a
@@ -316,5 +331,18 @@ impl Harness {
 
     pub fn jetstream(&self, client: &async_nats::Client) -> jetstream::Context {
         jetstream::new(client.clone())
+    }
+}
+
+/// Tries `f` every 200 ms until it succeeds, for at most `within`; panics with `what` and
+/// the last error after that.
+pub async fn eventually<T, E: std::fmt::Display, Fut: std::future::Future<Output = Result<T, E>>>(what: &str, within: Duration, mut f: impl FnMut() -> Fut) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match f().await {
+            Ok(t) => return t,
+            Err(e) if Instant::now() > deadline => panic!("{what}: never, last {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
     }
 }

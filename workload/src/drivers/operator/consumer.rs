@@ -68,6 +68,14 @@ pub async fn peer_step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser
         return Some(());
     }
     let peer = rng.pick("consumer peer to remove", &holders.iter().map(String::as_str).collect::<Vec<_>>()).to_string();
+    // Like a stream's PEER.REMOVE, a consumer's drops its peer before the replacement holds
+    // its state: no fault may wipe another of its servers meanwhile. No look at the stream
+    // shows it carried out, so its turn lasts a liveness window (see ClusterView::dropping).
+    let drops = op == OpKind::ConsumerPeerRemove;
+    if drops && !ctx.view.dropping(None, 0, ctx.cfg.liveness.window) {
+        ctx.ops.count(op, |c| c.not_applicable += 1);
+        return Some(());
+    }
     note_settling(ctx, &stream.view, op);
     let api = match op {
         OpKind::ConsumerPeerEvacuate => format!("CONSUMER.PEER.EVACUATE.{}.{NAME}", ctx.stream),
@@ -76,6 +84,9 @@ pub async fn peer_step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser
     let body = json!({ "peer": peer });
     let request = || jsapi::request(client, &api, &body, ctx.api_timeout());
     if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, json!({ "peer": peer, "peers": holders }), request).await? {
+        if drops {
+            ctx.view.not_dropped(None, 0);
+        }
         return Some(());
     }
     if wait {

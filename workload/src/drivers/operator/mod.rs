@@ -67,7 +67,7 @@ impl OpTally {
     }
 
     /// One event of `op` on `ctx`'s stream: requested (what was asked), refused (why),
-    /// settled (the peers before and after), requested-again.
+    /// settled (the peers before and after), requested-again, waiting-for-move.
     pub fn record(&self, ctx: &Ctx, op: OpKind, event: &str, detail: Value) {
         tracing::info!(op = op.id(), stream = %ctx.stream, %detail, "operation {event}");
         let Some((path, origin)) = self.log.get() else { return };
@@ -210,21 +210,25 @@ async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
     }
 }
 
-/// Learns each server's tags (and cluster) from its `/varz`. When every node answers, the
-/// map is replaced: a server that came back under a new name after a membership change
-/// must not count twice toward its groups.
+/// Learns each node's server name and tags (and cluster) from its `/varz`.
 pub async fn refresh_tags(ctx: &Ctx) {
     let http = http_client();
-    let mut seen = BTreeMap::new();
-    for url in &ctx.cluster.monitor_urls {
+    for (i, url) in ctx.cluster.monitor_urls.iter().enumerate() {
         let Ok(v) = get_json(&http, &format!("{url}/varz")).await else { continue };
         if let Some(name) = v["server_name"].as_str() {
             let cluster = v["cluster"]["name"].as_str().map(|c| format!("{CLUSTER_TAG}{c}"));
             let tags = v["tags"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).chain(cluster).collect();
-            seen.insert(name.to_string(), tags);
+            ctx.view.saw_tags(i, name.to_string(), tags);
         }
     }
-    ctx.view.saw_tags(seen, ctx.cluster.monitor_urls.len());
+}
+
+/// A scale down or a `PEER.REMOVE` drops a peer (`peer`, or any for a scale down) before
+/// anything replaces it: not while a fault destroys a copy (see
+/// [`crate::view::ClusterView::dropping`]). The turn lasts until the monitor sees the stream
+/// at `target` peers, or two windows (a request that never took effect).
+fn drop_allowed(ctx: &Ctx, peer: Option<&str>, target: usize) -> bool {
+    ctx.view.dropping(peer, target, 2 * ctx.cfg.liveness.window)
 }
 
 /// The stream's info, or why not (for settle checks).
@@ -288,13 +292,7 @@ pub async fn wait_settled(
     before: &[String],
     extra: impl Fn(&StreamInfoView) -> Result<(), String>,
 ) -> bool {
-    let settling = Settling::new(ctx);
-    let check = || async {
-        let info = info(ctx, client).await.map_err(Failure::stalled)?;
-        settling.judge(&info.view, settled(&info.view, info.view.config.num_replicas).and_then(|()| extra(&info.view))).await?;
-        Ok(peers(&info.view))
-    };
-    let Some(after) = ctx.live.retry_progressing(op.id(), property, &ctx.cancel, check).await else { return false };
+    let Some(after) = until_settled(ctx, client, op.id(), property, extra).await else { return false };
     let effect = match op {
         OpKind::MetaStepdown => {
             let now = crate::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await;
@@ -304,6 +302,26 @@ pub async fn wait_settled(
     };
     count_settled(ctx, op, before, &after, effect);
     true
+}
+
+/// Waits, in windows where the new peers' catch-up counts as progress (`what` names the
+/// wait, `property` judges it), until the stream has settled at its configured replica
+/// count with `extra` true and every node healthy. Its peers then (leader first), or `None`
+/// when stopped.
+pub async fn until_settled(
+    ctx: &Ctx,
+    client: &async_nats::Client,
+    what: &'static str,
+    property: Property,
+    extra: impl Fn(&StreamInfoView) -> Result<(), String>,
+) -> Option<Vec<String>> {
+    let settling = Settling::new(ctx);
+    let check = || async {
+        let info = info(ctx, client).await.map_err(Failure::stalled)?;
+        settling.judge(&info.view, settled(&info.view, info.view.config.num_replicas).and_then(|()| extra(&info.view))).await?;
+        Ok(peers(&info.view))
+    };
+    ctx.live.retry_progressing(what, property, &ctx.cancel, check).await
 }
 
 /// Whether a group's peers (leader first) changed as `op` should change them: another

@@ -9,7 +9,8 @@ use crate::jsapi;
 use crate::random::Chooser;
 use crate::sdk;
 use crate::state::Ctx;
-use properties::operations::{has_spare, peers, removal_done, servers_with, OpKind};
+use properties::operations::{evacuation_leaves_room, has_spare, peers, removal_done, servers_with, OpKind};
+use properties::scale::settled;
 use properties::Property;
 use serde_json::json;
 
@@ -36,6 +37,27 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
         return Some(());
     }
     let peer = rng.pick("peer to remove", &holders.iter().map(String::as_str).collect::<Vec<_>>()).to_string();
+    // PEER.REMOVE drops the peer before the replacement holds anything: another whole copy
+    // must stay behind (each node read, where the monitor can; else the leader's word), and
+    // no fault may be destroying one meanwhile.
+    let replicas = info.view.config.num_replicas;
+    let drops = op == OpKind::PeerRemove;
+    if drops {
+        let whole = if ctx.cluster.monitor_urls.is_empty() { settled(&info.view, replicas).is_ok() } else { ctx.view.complete_copies() >= 2 };
+        if !whole || !super::drop_allowed(ctx, Some(&peer), replicas) {
+            ctx.ops.count(op, |c| c.not_applicable += 1);
+            return Some(());
+        }
+    }
+    // A server evacuation moves every stream on that server, not only this run's.
+    if op == OpKind::ServerEvacuate {
+        let room = jsapi::all_streams(client, timeout).await.map_err(|e| e.to_string()).and_then(|all| evacuation_leaves_room(&all, &peer, &tags_of));
+        if let Err(why) = room {
+            tracing::debug!("no server evacuation of {peer}: {why}");
+            ctx.ops.count(op, |c| c.not_applicable += 1);
+            return Some(());
+        }
+    }
     note_settling(ctx, &info.view, op);
     let sick = unhealthy(&http_client(), &ctx.cluster.monitor_urls).await;
     let (api, via) = match op {
@@ -46,6 +68,9 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
     let body = json!({ "peer": peer });
     let request = || jsapi::request(via, &api, &body, timeout);
     if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, json!({ "peer": peer, "peers": holders }), request).await? {
+        if drops {
+            ctx.view.not_dropped(Some(&peer), replicas);
+        }
         return Some(());
     }
     ctx.view.peers_changing(); // a strike aligned with the change of peers

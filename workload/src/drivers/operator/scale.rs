@@ -65,6 +65,10 @@ impl Scaler {
             rng.pick("replica count", &choices)
         };
         if target < info.view.config.num_replicas {
+            if !super::drop_allowed(ctx, None, target) {
+                ctx.ops.count(OpKind::Scale, |c| c.not_applicable += 1);
+                return Some(());
+            }
             super::consumer::note_stream_scale_down(ctx, client, &info.view).await;
         }
         let from = scale(ctx, client, target, timeout).await?;
@@ -73,6 +77,9 @@ impl Scaler {
             let first = target;
             while target == first {
                 target = rng.pick("second replica count", &choices);
+            }
+            if target < first && !super::drop_allowed(ctx, None, target) {
+                return Some(());
             }
             scale(ctx, client, target, timeout).await?;
             sdk::hold(Property::ScaleRequestedBackToBack);
@@ -100,19 +107,42 @@ async fn note_transition(ctx: &Ctx, from: usize, to: usize) {
 /// Requests `replicas`, retrying within liveness windows. Returns the count configured
 /// before, or `None` when cancelled.
 async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout: Duration) -> Option<usize> {
+    // Once a move has been waited for, a stream that still refuses is retried in the scale's
+    // own window (paced, and failing when it runs out), not waited for again at once.
+    let waited = std::sync::atomic::AtomicBool::new(false);
     let attempt = || async {
         let info = jsapi::stream_info(client, &ctx.stream, timeout).await?;
         let before = info.view.config.num_replicas;
-        jsapi::set_replicas(client, &ctx.stream, info.raw["config"].clone(), replicas, timeout).await?;
-        Ok::<_, ApiError>(before)
+        match jsapi::set_replicas(client, &ctx.stream, info.raw["config"].clone(), replicas, timeout).await {
+            Err(e) if e.err_code() == Some(jsapi::STREAM_MOVE_IN_PROGRESS) && !waited.load(Relaxed) => Ok(None),
+            Err(e) => Err(e),
+            Ok(()) => Ok::<_, ApiError>(Some(before)),
+        }
     };
-    let before = ctx.live.retry("scale request", Property::ScaleEventuallySettles, &ctx.cancel, attempt).await?;
+    let before = loop {
+        match ctx.live.retry("scale request", Property::ScaleEventuallySettles, &ctx.cancel, attempt).await? {
+            Some(before) => break before,
+            None => {
+                wait_for_move(ctx, client, replicas).await?;
+                waited.store(true, Relaxed);
+            }
+        }
+    };
     Stats::add(&ctx.stats.scale_requests, 1);
     ctx.ops.count(OpKind::Scale, |c| c.done += 1);
     ctx.ops.record(ctx, OpKind::Scale, "requested", json!({ "from": before, "to": replicas }));
     ctx.stats.replicas.store(replicas as u64, Relaxed);
     ctx.view.peers_changing();
     Some(before)
+}
+
+/// A scale is refused while a move is carried out (10124), and copying a large stream to
+/// its new peers under faults can take many windows: the move is waited for as the move's
+/// own settling, where the copy's progress starts the window over, and the scale is asked
+/// again once it has settled. `None` when stopped.
+async fn wait_for_move(ctx: &Ctx, client: &async_nats::Client, replicas: usize) -> Option<()> {
+    ctx.ops.record(ctx, OpKind::Scale, "waiting-for-move", json!({ "to": replicas }));
+    super::until_settled(ctx, client, "move settle", Property::MoveEventuallySettles, |_| Ok(())).await.map(drop)
 }
 
 /// Waits until the stream has settled at `replicas` and every node is healthy.
