@@ -210,6 +210,9 @@ pub struct Schedule {
     /// nodes - 1: two of three, three of five), so groups lose quorum and regain it, as the
     /// nemesis that found seed 000's lost writes killed a majority.
     pub majority: bool,
+    /// Chance that a kill or a pause strikes every node the fault budget has left at once
+    /// (a coordinated crash of a majority with `majority`), rather than one.
+    pub together: f64,
     /// Chance that a fault strikes a node whose role matters right now (the sole replica
     /// of an R1 stream, the stream leader, a replica catching up, the meta leader, a
     /// follower, in that order of weight) rather than any node.
@@ -243,6 +246,7 @@ impl Default for Schedule {
             gap_max: Duration::from_secs(3),
             max_faulty: 0,
             majority: false,
+            together: 0.0,
             target_bias: 0.5,
             align_probability: 0.25,
             flip_replicas: false,
@@ -270,6 +274,7 @@ impl Schedule {
             gap_min: Duration::from_secs(2),
             gap_max: Duration::from_secs(8),
             majority: true,
+            together: 0.3,
             target_bias: 0.8,
             align_probability: 0.6,
             flip_replicas: true,
@@ -655,7 +660,7 @@ impl Config {
                 return Err(bad(field("fault_min"), "must be more than 0"));
             }
             let wait = f.wait_settled_probability.unwrap_or(0.0);
-            for (k, v) in [("target_bias", f.target_bias), ("align_probability", f.align_probability), ("wait_settled_probability", wait)] {
+            for (k, v) in [("target_bias", f.target_bias), ("align_probability", f.align_probability), ("together", f.together), ("wait_settled_probability", wait)] {
                 if !(0.0..=1.0).contains(&v) {
                     return Err(bad(field(k), "must be within 0 ..= 1"));
                 }

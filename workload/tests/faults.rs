@@ -95,6 +95,30 @@ async fn kill_changes_the_pid_and_the_node_comes_back() {
     eventually("the restarted node is healthy again", || healthy(&cluster)).await;
 }
 
+/// With `majority` and `together`, one strike kills two of three nodes at once (Jepsen's
+/// kill of a majority); the one left loses its quorum, and healing brings both back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_coordinated_kill_takes_a_majority_at_once_and_both_come_back() {
+    let (_dir, cluster) = proxied("together").await;
+    let mut cfg = Config::default();
+    let gentle = cfg.faults.profiles.get_mut("gentle").unwrap();
+    (gentle.kinds, gentle.majority, gentle.together) = (vec![FaultKind::Kill], true, 1.0);
+    let mut inj = Injector::new(cluster.clone(), cfg, Source::Seeded(1), Arc::new(FaultLog::new(None)));
+    let before: Vec<u32> = cluster.lock().await.nodes.iter().map(|n| n.pid().unwrap()).collect();
+    let struck = inj.strike(&[]).await;
+    assert_eq!(struck.len(), 2, "{struck:?}");
+    let monitors = cluster.lock().await.monitor_urls();
+    for &i in &struck {
+        assert!(http_client().get(format!("{}/healthz", monitors[i])).send().await.is_err(), "node {i} answers nothing");
+    }
+    assert!(inj.strike(&[]).await.is_empty(), "never the third node too");
+    inj.heal_all("test").await;
+    for &i in &struck {
+        assert_ne!(cluster.lock().await.nodes[i].pid().unwrap(), before[i], "node {i} was started again");
+    }
+    eventually("the cluster is healthy again", || healthy(&cluster)).await;
+}
+
 /// An R3 stream holding `n` messages, stored on every node.
 async fn stream_with_messages(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>, name: &str, n: usize) -> async_nats::Client {
     let client = async_nats::connect(cluster.lock().await.client_urls()).await.unwrap();
@@ -336,6 +360,20 @@ fn the_aggressive_profile_passes_a_short_run() {
     }
     let scales = &report["operations"]["counts"]["scale"];
     assert!(scales["done"].as_u64().unwrap_or(0) >= 4, "{scales}");
+    // A bare majority at once, as the profile allows on three nodes, and never all three.
+    let mut faulty = std::collections::BTreeSet::new();
+    let mut most = 0;
+    for e in report["faults"]["events"].as_array().unwrap() {
+        let nodes = e["nodes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string());
+        match e["event"].as_str() {
+            Some("start") => faulty.extend(nodes),
+            _ => nodes.for_each(|n| {
+                faulty.remove(&n);
+            }),
+        }
+        most = most.max(faulty.len());
+    }
+    assert_eq!(most, 2, "two of three nodes faulty at once: {}", report["faults"]["events"]);
 }
 
 /// Two streams in one faulty run: each has its own publisher, readers and operator, every

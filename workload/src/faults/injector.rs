@@ -463,6 +463,12 @@ impl Injector {
         if kind == FaultKind::PowerLossAll {
             nodes = (0..n).collect();
         }
+        // Jepsen's nemesis kills a majority at once (seed 000): sometimes a kill or a pause
+        // takes every node the budget has left, the targeted one first.
+        if matches!(kind, FaultKind::Kill | FaultKind::Pause) && budget > 1 && self.rng.gen_bool(self.schedule.together) {
+            let others: Vec<usize> = healthy.iter().copied().filter(|i| *i != first).collect();
+            nodes.extend(others.choose_multiple(&mut self.rng, budget - 1));
+        }
         if kind == FaultKind::Split {
             let size = self.rng.gen_range(1..=budget.min(healthy.len()).min((n - 1) / 2).max(1));
             let others: Vec<usize> = healthy.iter().copied().filter(|i| *i != first).collect();
@@ -490,12 +496,16 @@ impl Injector {
         let mut cluster = cluster.lock().await;
         let i = nodes[0];
         match kind {
+            // Several nodes at once in a coordinated strike (see `Schedule::together`).
             FaultKind::Kill => {
-                let pid = cluster.nodes[i].pid();
-                cluster.nodes[i].kill();
-                json!({ "pid": pid })
+                let pids: Vec<Option<u32>> = nodes.iter().map(|&i| cluster.nodes[i].pid()).collect();
+                nodes.iter().for_each(|&i| cluster.nodes[i].kill());
+                if let [pid] = pids[..] { json!({ "pid": pid }) } else { json!({ "pids": pids }) }
             }
-            FaultKind::Pause => json!({ "pid": cluster.nodes[i].pid(), "sent": cluster.nodes[i].signal(Signal::SIGSTOP) }),
+            FaultKind::Pause => {
+                let sent: Vec<Value> = nodes.iter().map(|&i| json!({ "pid": cluster.nodes[i].pid(), "sent": cluster.nodes[i].signal(Signal::SIGSTOP) })).collect();
+                if let [one] = &sent[..] { one.clone() } else { json!({ "paused": sent }) }
+            }
             FaultKind::Restart => {
                 let sig = if lame_duck { Signal::SIGUSR2 } else { Signal::SIGTERM };
                 let bin = cluster.server_bin.clone();
@@ -690,12 +700,12 @@ impl Injector {
             let mut cluster = cluster.lock().await;
             let bin = cluster.server_bin.clone();
             match a.kind {
-                FaultKind::Kill | FaultKind::Membership | FaultKind::Corrupt | FaultKind::SnapshotRollback | FaultKind::PowerLoss => {
+                FaultKind::Membership | FaultKind::Corrupt | FaultKind::SnapshotRollback | FaultKind::PowerLoss => {
                     let node = &mut cluster.nodes[a.nodes[0]];
                     let started = node.start(&bin).map_err(|e| e.to_string());
                     json!({ "pid": node.pid(), "error": started.err() })
                 }
-                FaultKind::PowerLossAll => {
+                FaultKind::Kill | FaultKind::PowerLossAll if a.nodes.len() > 1 => {
                     let started: Vec<Value> = a.nodes.iter().map(|&i| {
                         let node = &mut cluster.nodes[i];
                         let started = node.start(&bin).map_err(|e| e.to_string());
@@ -703,7 +713,15 @@ impl Injector {
                     }).collect();
                     json!({ "started": started })
                 }
-                FaultKind::Pause => json!({ "resumed": cluster.nodes[a.nodes[0]].signal(Signal::SIGCONT) }),
+                FaultKind::Kill | FaultKind::PowerLossAll => {
+                    let node = &mut cluster.nodes[a.nodes[0]];
+                    let started = node.start(&bin).map_err(|e| e.to_string());
+                    json!({ "pid": node.pid(), "error": started.err() })
+                }
+                FaultKind::Pause => {
+                    let resumed: Vec<bool> = a.nodes.iter().map(|&i| cluster.nodes[i].signal(Signal::SIGCONT)).collect();
+                    json!({ "resumed": resumed.iter().all(|r| *r) })
+                }
                 FaultKind::Restart => Value::Null,
                 FaultKind::Isolate | FaultKind::Split => {
                     if let Some(net) = &cluster.network {
