@@ -251,9 +251,11 @@ stats! {
     /// Every sequence up to this one was delivered to the durable consumer (at its last look).
     durable_received,
     /// Messages delivered again after their ack was confirmed (left unacknowledged to see
-    /// whether they come yet again), and those that did not: a redelivery racing the ack.
+    /// whether they come yet again), and those that did not: a redelivery racing the ack;
+    /// and copies that came again sooner than an ack wait could make them (still watched).
     durable_confirmed_redelivered,
     durable_redelivery_races,
+    durable_redelivery_repeats,
     /// Resident set at the first progress line and the highest seen at any (KiB).
     rss_kib_first,
     rss_kib_max,

@@ -212,10 +212,14 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         Stats::add(&ctx.stats.durable_redelivered, 1);
                     }
                     if ledger.is_confirmed(seq) {
-                        match redeliveries.on_delivery(seq, delivered, ledger.confirmed_floor(), ctx.live.now()) {
+                        match redeliveries.on_delivery(seq, delivered, ledger.confirmed_floor(), ctx.live.now(), ctx.cfg.durable.ack_wait) {
                             // Left alone: if the ack was really lost, it comes yet again.
                             Redelivery::Suspect => {
                                 Stats::add(&ctx.stats.durable_confirmed_redelivered, 1);
+                                continue;
+                            }
+                            Redelivery::Repeat => {
+                                Stats::add(&ctx.stats.durable_redelivery_repeats, 1);
                                 continue;
                             }
                             Redelivery::Undone(v) => {
