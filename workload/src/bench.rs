@@ -495,7 +495,10 @@ pub fn print(r: &Value) {
     // A ratio with the lowest and highest of its rounds.
     let with_spread = |v: &Value, k: &str| format!("{:.3} ({:.2}-{:.2})", f(&v[k]), f(&v[format!("{k}_spread")][0]), f(&v[format!("{k}_spread")][1]));
     println!("{:>9} {:>16} {:>16} {:>16} {:>20} {:>9}", "in flight", "raw", "raw+headers", "checked", "checked/hdrs", "hdrs/raw");
-    for (k, v) in r["publish"].as_object().into_iter().flatten() {
+    // By depth, not by key (a JSON object's keys sort as text: 1, 16, 256, 64).
+    let mut depths: Vec<(&String, &Value)> = r["publish"].as_object().into_iter().flatten().collect();
+    depths.sort_by_key(|(k, _)| k.trim_start_matches("in_flight_").parse::<u64>().unwrap_or(u64::MAX));
+    for (k, v) in depths {
         let side = |s: &str| format!("{:.0} ({:.1})", f(&v[s]["per_s"]), f(&v[s]["cpu_ms_per_1000"]));
         println!(
             "{:>9} {:>16} {:>16} {:>16} {:>20} {:>9.3}",

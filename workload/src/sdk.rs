@@ -182,7 +182,10 @@ fn evaluate(p: Property, e: Eval, details: &Value) {
     // for every message.
     let details = if failed { naming_stream(details) } else { std::borrow::Cow::Borrowed(details) };
     let details = details.as_ref();
-    let repeat_pass = held && !failed && matches!(e, Eval::Cond(_)) && TALLY.passed[p.index()].swap(true, Relaxed);
+    // Load before swap: a pass repeats for every message, from several threads, and a plain
+    // load leaves the flag's cache line shared instead of bouncing it between cores.
+    let passed = &TALLY.passed[p.index()];
+    let repeat_pass = held && !failed && matches!(e, Eval::Cond(_)) && (passed.load(Relaxed) || passed.swap(true, Relaxed));
     if !repeat_pass {
         emit(p, e, details);
     }

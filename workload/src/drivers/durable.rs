@@ -199,8 +199,8 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         continue;
                     };
                     let (seq, delivered) = (info.stream_sequence, info.delivered.max(0) as u64);
-                    let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_string());
-                    let violations = ledger.on_delivery(seq, header(MSG_ID_HEADER).as_deref(), header(CHECKSUM_HEADER).as_deref(), &msg.payload);
+                    let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str());
+                    let violations = ledger.on_delivery(seq, header(MSG_ID_HEADER), header(CHECKSUM_HEADER), &msg.payload);
                     if violations.is_empty() {
                         sdk::hold(Property::DurableContentMatchesPublish);
                     }

@@ -131,9 +131,8 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     continue;
                 }
             };
-            let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_string());
-            let (id, sum) = (header(MSG_ID_HEADER), header(CHECKSUM_HEADER));
-            match verifier.check(seq, first_of_consumer, id.as_deref(), sum.as_deref(), &msg.payload) {
+            let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str());
+            match verifier.check(seq, first_of_consumer, header(MSG_ID_HEADER), header(CHECKSUM_HEADER), &msg.payload) {
                 ReadOutcome::Verified => {
                     Stats::add(verified, 1);
                     for p in [Property::ReadSequenceGapFree, Property::ReadContentMatchesPublish, Property::ReadOnlyPublishedMessages] {
