@@ -31,9 +31,9 @@ use std::time::Duration;
 /// server really lost the ack, the message is still pending and comes yet again after
 /// another ack wait, which is the undo; if not, it never comes again. A copy that comes
 /// sooner than half an ack wait after the first is not that evidence: no ack-wait timer
-/// could have fired in between, so it is one redelivery decision sent twice (seen in CI on
-/// 2.15.1: delivery counts 2 and 3 of one message 5 ms apart, around a consumer leader
-/// stepdown), and the message stays watched from its first redelivery.
+/// could have fired in between (seen in CI on 2.15.1: delivery counts 2 and 3 of one
+/// message 5 ms apart, around a consumer leader stepdown; why the server sent both is not
+/// known), and the message stays watched from its first redelivery.
 #[derive(Clone, Debug, Default)]
 pub struct Redeliveries {
     /// Suspects: sequence and when it was first delivered again.
@@ -279,7 +279,7 @@ mod tests {
         let mut r = Redeliveries::default();
         assert_eq!(r.on_delivery(7, 2, 10, s(1), wait), Redelivery::Suspect);
         assert_eq!(r.on_delivery(8, 2, 10, s(1), wait), Redelivery::Suspect);
-        assert_eq!(r.on_delivery(7, 3, 10, s(1) + Duration::from_millis(5), wait), Redelivery::Repeat, "too soon for an ack wait: one decision sent twice");
+        assert_eq!(r.on_delivery(7, 3, 10, s(1) + Duration::from_millis(5), wait), Redelivery::Repeat, "too soon for an ack wait to have passed");
         let Redelivery::Undone(v) = r.on_delivery(7, 4, 10, s(7), wait) else { panic!() };
         assert_eq!((v.property, v.details["first_delivered_again_s_ago"].as_f64()), (Property::DurableAckNeverUndone, Some(6.0)));
         assert_eq!(r.expire(s(10), s(15)), Vec::<u64>::new());

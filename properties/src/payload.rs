@@ -56,7 +56,14 @@ impl RunMessages {
 
 /// Lower-case hex sha256 of `bytes`.
 pub fn checksum(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    String::from_utf8(checksum_bytes(bytes).to_vec()).expect("hex is ASCII")
+}
+
+/// [`checksum`] on the stack, for comparing on every message read without allocating.
+pub fn checksum_bytes(bytes: &[u8]) -> [u8; 64] {
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(Sha256::digest(bytes), &mut hex).expect("64 hex digits for 32 bytes");
+    hex
 }
 
 #[cfg(test)]
