@@ -67,14 +67,28 @@ pub enum ReadOutcome {
     /// Sequences `from..=to` were skipped. Nothing was consumed: the caller looks the
     /// missing sequences up (see [`judge_missing`]) and then resumes from `from`.
     Gap { from: u64, to: u64 },
-    /// An already consumed sequence as the first delivery of a new consumer. async-nats
-    /// recreates an ordered consumer that has delivered nothing yet from the start of the
-    /// stream, so this is not evidence against the server; its content is still checked
-    /// (`violation`), and the caller resumes at `next_seq()`. The same inside one consumer
-    /// is an ordering violation ([`ReadOutcome::Violations`]).
-    Behind { violation: Option<Violation> },
+    /// An already consumed sequence as the first delivery of a consumer the client
+    /// recreated from the start of the stream ([`Delivery::FirstFromStart`]). That is no
+    /// evidence against the server only if `seq` is the first message the stream holds:
+    /// the caller confirms it ([`ReadVerifier::not_the_stream_start`] when it is not). Its
+    /// content is still checked (`violation`), and the caller resumes at `next_seq()`.
+    /// An older sequence anywhere else is an ordering violation ([`ReadOutcome::Violations`]).
+    Behind { seq: u64, violation: Option<Violation> },
     /// The message breaks one or more properties. Its sequence is consumed.
     Violations(Vec<Violation>),
+}
+
+/// Where a delivery stands in the consumer that made it (async-nats recreates an ordered
+/// consumer by itself, under a new name, on a consumer-sequence gap or missed heartbeats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Inside a consumer, or the first of a consumer that was created to start at the
+    /// reader's next sequence (the reader's own, or the client's after a delivery).
+    InOrder,
+    /// The first delivery (consumer sequence 1) of a consumer the client recreated before
+    /// anything was delivered: async-nats then asks for the whole stream
+    /// (`DeliverPolicy::All`), so it starts at the stream's first message.
+    FirstFromStart,
 }
 
 /// What a look-up of a skipped sequence in the stream found.
@@ -101,21 +115,20 @@ impl ReadVerifier {
         self.next_seq - 1
     }
 
-    /// Judges one delivery. `first_of_consumer`: it is the first message a consumer
-    /// delivered (a consumer name not seen before, consumer sequence 1).
-    pub fn check(&mut self, seq: u64, first_of_consumer: bool, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> ReadOutcome {
+    /// Judges one delivery.
+    pub fn check(&mut self, seq: u64, delivery: Delivery, msg_id: Option<&str>, sum: Option<&str>, payload: &[u8]) -> ReadOutcome {
         if seq > self.next_seq {
             return ReadOutcome::Gap { from: self.next_seq, to: seq - 1 };
         }
         if seq < self.next_seq {
             let content = self.content(seq, msg_id, sum, payload);
-            if first_of_consumer {
-                return ReadOutcome::Behind { violation: content };
+            if delivery == Delivery::FirstFromStart {
+                return ReadOutcome::Behind { seq, violation: content };
             }
             let order = Violation::new(
                 Property::ReadSequenceGapFree,
                 json!({ "seq": seq, "expected_seq": self.next_seq,
-                        "problem": "an older stream sequence delivered again inside the same consumer" }),
+                        "problem": "an older stream sequence delivered by a consumer asked to go on from a later one" }),
             );
             return ReadOutcome::Violations([order].into_iter().chain(content).collect());
         }
@@ -135,6 +148,17 @@ impl ReadVerifier {
             )),
             ContentProblem::Differs(details) => Some(Violation::new(Property::ReadContentMatchesPublish, details)),
         }
+    }
+
+    /// A [`ReadOutcome::Behind`] delivery of `seq` came from a consumer that started at the
+    /// stream's start, but the stream's first message is `stream_first`, not `seq`: the
+    /// server went back in the stream (or skipped its start).
+    pub fn not_the_stream_start(&self, seq: u64, stream_first: u64) -> Violation {
+        Violation::new(
+            Property::ReadSequenceGapFree,
+            json!({ "seq": seq, "expected_seq": self.next_seq, "stream_first_seq": stream_first,
+                    "problem": "a consumer restarted from the stream's start first delivered a sequence other than the stream's first" }),
+        )
     }
 
     /// Continue after a judged gap: the reader resumes from the first delivered sequence.
@@ -180,12 +204,12 @@ mod tests {
     }
 
     fn deliver(v: &mut ReadVerifier, m: &RunMessages, seq: u64) -> ReadOutcome {
-        deliver_from(v, m, seq, false)
+        deliver_from(v, m, seq, Delivery::InOrder)
     }
 
-    fn deliver_from(v: &mut ReadVerifier, m: &RunMessages, seq: u64, first_of_consumer: bool) -> ReadOutcome {
+    fn deliver_from(v: &mut ReadVerifier, m: &RunMessages, seq: u64, delivery: Delivery) -> ReadOutcome {
         let p = m.payload(seq);
-        v.check(seq, first_of_consumer, Some(&m.msg_id(seq)), Some(&checksum(&p)), &p)
+        v.check(seq, delivery, Some(&m.msg_id(seq)), Some(&checksum(&p)), &p)
     }
 
     #[test]
@@ -207,18 +231,19 @@ mod tests {
 
         let one = |o: ReadOutcome| match o { ReadOutcome::Violations(v) => v[0].property, o => panic!("{o:?}") };
         let p = m.payload(1);
-        assert_eq!(one(v.check(1, false, Some("other-1"), Some(&checksum(&p)), &p)), Property::ReadOnlyPublishedMessages);
-        assert_eq!(one(v.check(2, false, None, None, b"x")), Property::ReadOnlyPublishedMessages);
+        assert_eq!(one(v.check(1, Delivery::InOrder, Some("other-1"), Some(&checksum(&p)), &p)), Property::ReadOnlyPublishedMessages);
+        assert_eq!(one(v.check(2, Delivery::InOrder, None, None, b"x")), Property::ReadOnlyPublishedMessages);
         let p3 = m.payload(3);
-        assert_eq!(one(v.check(3, false, Some(&m.msg_id(4)), Some(&checksum(&p3)), &p3)), Property::ReadContentMatchesPublish);
+        assert_eq!(one(v.check(3, Delivery::InOrder, Some(&m.msg_id(4)), Some(&checksum(&p3)), &p3)), Property::ReadContentMatchesPublish);
         let mut bad = m.payload(4);
         bad[0] ^= 1;
-        assert_eq!(one(v.check(4, false, Some(&m.msg_id(4)), Some(&checksum(&bad)), &bad)), Property::ReadContentMatchesPublish);
+        assert_eq!(one(v.check(4, Delivery::InOrder, Some(&m.msg_id(4)), Some(&checksum(&bad)), &bad)), Property::ReadContentMatchesPublish);
         let p5 = m.payload(5);
-        assert_eq!(one(v.check(5, false, Some(&m.msg_id(5)), Some("00"), &p5)), Property::ReadContentMatchesPublish);
-        assert_eq!(deliver_from(&mut v, &m, 5, true), ReadOutcome::Behind { violation: None }, "a new consumer starting early is not a violation");
-        let behind_bad = v.check(2, true, Some(&m.msg_id(2)), Some("00"), &m.payload(2));
-        assert!(matches!(behind_bad, ReadOutcome::Behind { violation: Some(ref x) } if x.property == Property::ReadContentMatchesPublish));
+        assert_eq!(one(v.check(5, Delivery::InOrder, Some(&m.msg_id(5)), Some("00"), &p5)), Property::ReadContentMatchesPublish);
+        assert_eq!(deliver_from(&mut v, &m, 1, Delivery::FirstFromStart), ReadOutcome::Behind { seq: 1, violation: None }, "a consumer restarted from the stream's start");
+        let behind_bad = v.check(2, Delivery::FirstFromStart, Some(&m.msg_id(2)), Some("00"), &m.payload(2));
+        assert!(matches!(behind_bad, ReadOutcome::Behind { seq: 2, violation: Some(ref x) } if x.property == Property::ReadContentMatchesPublish));
+        assert_eq!(v.not_the_stream_start(2, 1).property, Property::ReadSequenceGapFree);
         assert_eq!(one(deliver(&mut v, &m, 3)), Property::ReadSequenceGapFree, "an older sequence inside one consumer is out of order");
         assert_eq!(v.next_seq(), 6, "redeliveries consume nothing");
         assert_eq!(deliver(&mut v, &m, 6), ReadOutcome::Verified);
@@ -244,22 +269,27 @@ mod tests {
     }
 
     proptest! {
-        /// A new consumer may start anywhere at or before the reader's position (async-nats
-        /// restarts one that delivered nothing from the stream's start); as long as the
-        /// reader skips what it already verified, nothing is raised.
+        /// A consumer restarted from the stream's start delivers sequence 1 again (the caller
+        /// confirms that 1 is the stream's first); the reader then recreates its own at its
+        /// position. Read that way, nothing is raised; an older sequence delivered in order
+        /// anywhere else always is.
         #[test]
-        fn new_consumers_starting_early_never_raise(restarts in proptest::collection::vec((0u64..50, 1u64..50), 0..10)) {
+        fn only_a_restart_from_the_stream_start_may_go_back(restarts in proptest::collection::vec((any::<bool>(), 1u64..50, 0u64..50), 0..10)) {
             let m = run();
             let mut v = ReadVerifier::new(m.clone(), 1);
-            for (back, ahead) in restarts {
-                let start = v.next_seq().saturating_sub(back).max(1);
-                if start < v.next_seq() {
-                    // The reader then recreates its own consumer at next_seq().
-                    prop_assert_eq!(deliver_from(&mut v, &m, start, true), ReadOutcome::Behind { violation: None });
+            for (from_start, ahead, back) in restarts {
+                if v.next_seq() > 1 {
+                    let kind = if from_start { Delivery::FirstFromStart } else { Delivery::InOrder };
+                    let older = v.next_seq().saturating_sub(back + 1).max(1);
+                    match deliver_from(&mut v, &m, older, kind) {
+                        ReadOutcome::Behind { seq, violation: None } => prop_assert!(from_start && seq == older),
+                        ReadOutcome::Violations(vs) => prop_assert!(!from_start && vs[0].property == Property::ReadSequenceGapFree),
+                        other => prop_assert!(false, "{:?}", other),
+                    }
                 }
                 let first = v.next_seq();
                 for seq in first..first + ahead {
-                    prop_assert_eq!(deliver_from(&mut v, &m, seq, seq == first), ReadOutcome::Verified);
+                    prop_assert_eq!(deliver(&mut v, &m, seq), ReadOutcome::Verified);
                 }
             }
         }
@@ -272,7 +302,7 @@ mod tests {
             let mut p = m.payload(seq);
             let sum = checksum(&p);
             p[pos] ^= 1 << bit;
-            let caught = matches!(v.check(seq, false, Some(&m.msg_id(seq)), Some(&sum), &p), ReadOutcome::Violations(_));
+            let caught = matches!(v.check(seq, Delivery::InOrder, Some(&m.msg_id(seq)), Some(&sum), &p), ReadOutcome::Violations(_));
             prop_assert!(caught);
         }
     }

@@ -113,7 +113,68 @@ async fn an_older_delivery_inside_one_consumer_fails_read_sequence_gap_free() {
     let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
     done.assert_failed("read-sequence-gap-free", &[]);
     let first = &done.property("read-sequence-gap-free")["first_failure"];
-    assert_eq!(first["problem"], "an older stream sequence delivered again inside the same consumer", "{first}");
+    assert_eq!(first["problem"], "an older stream sequence delivered by a consumer asked to go on from a later one", "{first}");
+}
+
+/// `old`'s message delivered as `now`'s is: to its subscription, by its consumer, with
+/// consumer sequence `cseq`.
+fn as_delivered_like(old: &Frame, now: &Frame, stream: &str, consumer: &str, cseq: u64) -> Frame {
+    let mut f = with_consumer_seq(old, stream, cseq);
+    if let (Frame::Msg { subject, sid, reply: Some(reply), .. }, Frame::Msg { subject: to, sid: to_sid, .. }) = (&mut f, now) {
+        let mut tokens: Vec<String> = reply.split('.').map(str::to_string).collect();
+        let at = tokens.iter().position(|t| t == stream).expect("a delivery of the stream");
+        tokens[at + 1] = consumer.to_string();
+        *reply = tokens.join(".");
+        (*subject, *sid) = (to.clone(), to_sid.clone());
+    }
+    f
+}
+
+/// The client recreates the ordered consumer after a consumer-sequence gap (one delivery
+/// dropped here) to go on after the last message it delivered; the new consumer's first
+/// delivery (consumer sequence 1) is an older stream sequence, content intact, and every
+/// later consumer sequence follows on from it. A server that went back in the stream; only
+/// a consumer restarted from the stream's start may begin before the reader.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recreated_consumer_starting_with_an_older_sequence_fails_read_sequence_gap_free() {
+    let h = Harness::start("restart").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    // The kept older delivery, the consumer it came from, and once the gap is made, the
+    // consumer whose sequences are shifted by the inserted one.
+    let (mut kept, mut first_consumer, mut shifted): (Option<(Frame, u64)>, Option<String>, Option<String>) = (None, None, None);
+    let mut dropped = false;
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        let Some((sseq, consumer, cseq)) = delivery(&f, &stream).filter(|(_, c, _)| c != "durable") else { return vec![f] };
+        if shifted.as_deref() == Some(consumer.as_str()) {
+            return vec![with_consumer_seq(&f, &stream, cseq + 1)];
+        }
+        match (&kept, dropped) {
+            (None, _) if sseq >= 1000 => {
+                kept = Some((f.clone(), sseq));
+                first_consumer = Some(consumer);
+                vec![f]
+            }
+            (Some((_, old)), false) if first_consumer.as_deref() == Some(consumer.as_str()) && sseq >= old + 200 => {
+                dropped = true; // a consumer-sequence gap: the client recreates the consumer
+                vec![]
+            }
+            (Some((old, _)), true) if shifted.is_none() && first_consumer.as_deref() != Some(consumer.as_str()) && cseq == 1 => {
+                let older = as_delivered_like(old, &f, &stream, &consumer, 1);
+                let next = with_consumer_seq(&f, &stream, 2);
+                shifted = Some(consumer);
+                vec![older, next]
+            }
+            _ => vec![f],
+        }
+    })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
+    done.assert_failed("read-sequence-gap-free", &[]);
+    let first = &done.property("read-sequence-gap-free")["first_failure"];
+    assert_eq!(first["problem"], "an older stream sequence delivered by a consumer asked to go on from a later one", "{first}");
+    assert!(first["seq"].as_u64().unwrap() + 200 <= first["expected_seq"].as_u64().unwrap(), "{first}");
+    assert!(done.counter("consumer_recreates") >= 1);
 }
 
 /// One delivery to the durable consumer carries other bytes than were published for its

@@ -15,7 +15,7 @@ use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::Deliv
 use futures::StreamExt;
 use properties::confirm::{Confirm, Confirmation};
 use properties::payload::{CHECKSUM_HEADER, MSG_ID_HEADER};
-use properties::read::{judge_missing, missing_to, Lookup, ReadOutcome, ReadVerifier};
+use properties::read::{judge_missing, missing_to, Delivery, Lookup, ReadOutcome, ReadVerifier};
 use properties::Property;
 use serde_json::json;
 use std::sync::atomic::AtomicU64;
@@ -57,11 +57,13 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 })
                 .await?;
             let info = consumer.cached_info();
-            let placed = json!({ "name": info.name, "server": info.cluster.as_ref().and_then(|c| c.leader.clone()), "start": start });
-            anyhow::Ok((consumer.messages().await?, placed))
+            let (name, placed) = (info.name.clone(), json!({ "name": info.name, "server": info.cluster.as_ref().and_then(|c| c.leader.clone()), "start": start }));
+            anyhow::Ok((consumer.messages().await?, name, placed))
         };
+        // The consumer of the last delivery, and how many this message stream delivered.
         let mut consumer_name = String::new();
-        let Some((mut messages, placed)) = ctx
+        let mut delivered = 0u64;
+        let Some((mut messages, own_name, placed)) = ctx
             .live
             .retry("create ordered consumer", Property::ConsumerEventuallyCatchesUp, &ctx.cancel, create)
             .await
@@ -110,19 +112,21 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     continue 'consumer;
                 }
             };
-            let (seq, first_of_consumer) = match msg.info() {
+            let (seq, delivery) = match msg.info() {
                 Ok(info) => {
                     // async-nats recreates an ordered consumer by itself (on consumer
                     // sequence gaps, missed heartbeats, a deleted consumer) under a new
-                    // name: a new name on a delivery is that recreation.
-                    let first = consumer_name != info.consumer && info.consumer_sequence == 1;
+                    // name, starting after the last message it delivered, or at the
+                    // stream's start when it delivered none. Only that last case may go back.
+                    let from_start = info.consumer != own_name && delivered == 0 && info.consumer_sequence == 1;
                     if consumer_name != info.consumer {
-                        if !consumer_name.is_empty() {
+                        if !consumer_name.is_empty() || info.consumer != own_name {
                             recreated(ctx, "the client recreated the ordered consumer");
                         }
                         consumer_name = info.consumer.to_string();
                     }
-                    (info.stream_sequence, first)
+                    delivered += 1;
+                    (info.stream_sequence, if from_start { Delivery::FirstFromStart } else { Delivery::InOrder })
                 }
                 Err(e) => {
                     sdk::check(Property::ReadOnlyPublishedMessages, false, &json!({
@@ -132,7 +136,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 }
             };
             let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str());
-            match verifier.check(seq, first_of_consumer, header(MSG_ID_HEADER), header(CHECKSUM_HEADER), &msg.payload) {
+            match verifier.check(seq, delivery, header(MSG_ID_HEADER), header(CHECKSUM_HEADER), &msg.payload) {
                 ReadOutcome::Verified => {
                     Stats::add(verified, 1);
                     for p in [Property::ReadSequenceGapFree, Property::ReadContentMatchesPublish, Property::ReadOnlyPublishedMessages] {
@@ -143,12 +147,16 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     }
                 }
                 ReadOutcome::Violations(vs) => vs.iter().for_each(sdk::violation),
-                ReadOutcome::Behind { violation } => {
+                ReadOutcome::Behind { seq, violation } => {
                     if let Some(v) = violation {
                         sdk::violation(&v);
                     }
-                    // A new consumer started before what was verified (the client restarts
-                    // one that had delivered nothing from the stream's start): resume ours.
+                    // The client restarted a consumer that had delivered nothing from the
+                    // stream's start: fine only if `seq` is where the stream starts.
+                    if let Some(first) = stream_start_other_than(ctx, &client, seq).await {
+                        sdk::violation(&verifier.not_the_stream_start(seq, first));
+                    }
+                    // Resume ours where the reader is.
                     Stats::add(&ctx.stats.redeliveries, 1);
                     recreated(ctx, "an already verified sequence was delivered again");
                     continue 'consumer;
@@ -185,6 +193,27 @@ fn recreated(ctx: &Ctx, why: &str) {
     tracing::debug!(why, "recreating the ordered consumer");
     Stats::add(&ctx.stats.consumer_recreates, 1);
     sdk::hold(Property::ConsumerRecreated);
+}
+
+/// The stream's first sequence when it is not `seq` (sequence 1 always is, as far as this
+/// reader can tell: nothing precedes it). Asked within a liveness window; no answer is an
+/// unknown, never a pass.
+async fn stream_start_other_than(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<u64> {
+    if seq == 1 {
+        return None;
+    }
+    let mut window = ctx.live.open_question("the stream's first sequence");
+    loop {
+        let error = match jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await {
+            Ok(info) => return (info.view.state.first_seq != seq).then_some(info.view.state.first_seq),
+            Err(e) => e.to_string(),
+        };
+        if ctx.cancel.is_cancelled() || !window.failed(&error, &ctx.cancel).await {
+            sdk::unknown(Property::ReadSequenceGapFree, &json!({ "seq": seq, "last_error": error,
+                "problem": "a consumer restarted from the stream's start delivered this sequence first; whether the stream starts there could not be learned" }));
+            return None;
+        }
+    }
 }
 
 /// What a look-up of a sequence found.
