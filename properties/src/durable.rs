@@ -94,6 +94,46 @@ impl Redeliveries {
     }
 }
 
+/// When sequences were acknowledged, roughly: samples of (seconds, last acknowledged
+/// sequence). When full, every other sample goes and later ones are taken half as often, so
+/// any run keeps at most [`CLOCK_SAMPLES`] and the resolution coarsens with its length.
+#[derive(Clone, Debug)]
+pub struct AckClock {
+    samples: Vec<(f64, u64)>,
+    every: usize,
+    offered: usize,
+}
+
+pub const CLOCK_SAMPLES: usize = 512;
+
+impl Default for AckClock {
+    fn default() -> Self {
+        Self { samples: Vec::new(), every: 1, offered: 0 }
+    }
+}
+
+impl AckClock {
+    pub fn sample(&mut self, t: f64, acked: u64) {
+        self.offered += 1;
+        if (self.offered - 1) % self.every != 0 {
+            return;
+        }
+        self.samples.push((t, acked));
+        if self.samples.len() > CLOCK_SAMPLES {
+            self.samples = self.samples.iter().copied().step_by(2).collect();
+            self.every *= 2;
+        }
+    }
+
+    /// When `seq` was acknowledged: after the last sample that had not reached it, at the
+    /// latest at the first that had. `None` when no sample has reached it yet.
+    pub fn acked_between(&self, seq: u64) -> Option<(f64, f64)> {
+        let at = self.samples.iter().position(|(_, acked)| *acked >= seq)?;
+        let before = if at == 0 { 0.0 } else { self.samples[at - 1].0 };
+        Some((before, self.samples[at].0))
+    }
+}
+
 pub struct DurableLedger {
     content: ContentCheck,
     received: Ranges,
@@ -200,6 +240,24 @@ pub struct ConsumerReplica {
 pub fn replicas_at_rest(leader: &ConsumerReplica, followers: &[ConsumerReplica]) -> Result<(), Vec<ConsumerReplica>> {
     let differ: Vec<ConsumerReplica> = followers.iter().filter(|r| (r.delivered, r.ack_floor) != (leader.delivered, leader.ack_floor)).cloned().collect();
     if differ.is_empty() { Ok(()) } else { Err(differ) }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+
+    #[test]
+    fn the_clock_brackets_an_ack_and_stays_bounded() {
+        let mut c = AckClock::default();
+        for i in 0..10_000u64 {
+            c.sample(i as f64, i * 10);
+        }
+        assert!(c.samples.len() <= CLOCK_SAMPLES);
+        let (lo, hi) = c.acked_between(50_005).unwrap();
+        assert!(lo <= 5_000.5 && hi >= 5_000.5 && hi - lo <= 2.0 * 10_000.0 / CLOCK_SAMPLES as f64, "{lo}..{hi}");
+        assert_eq!(c.acked_between(200_000), None, "not acknowledged by the last sample");
+        assert_eq!(AckClock::default().acked_between(1), None);
+    }
 }
 
 #[cfg(test)]

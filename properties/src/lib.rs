@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod confirm;
 pub mod durable;
+pub mod known;
 pub mod liveness;
 pub mod operations;
 pub mod outcomes;

@@ -39,6 +39,10 @@ impl ApiError {
     }
 }
 
+/// The version of the first server that answered an API request in this process (the
+/// report's `server_version` when the workload did not start the servers itself).
+pub static SERVER_VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// One request to `$JS.API.<api>`, answered with the reply's JSON or the server's error.
 pub async fn request(client: &Client, api: &str, body: &Value, timeout: Duration) -> Result<Value, ApiError> {
     let payload = if body.is_null() { Bytes::new() } else { Bytes::from(body.to_string()) };
@@ -53,6 +57,10 @@ pub async fn request(client: &Client, api: &str, body: &Value, timeout: Duration
         }
         Ok(Ok(m)) => m,
     };
+    if SERVER_VERSION.get().is_none() {
+        // An answer came, so the connection has the server's INFO.
+        let _ = SERVER_VERSION.set(client.server_info().version);
+    }
     let value: Value = serde_json::from_slice(&reply.payload).map_err(|e| ApiError::Decode(e.to_string()))?;
     if let Some(err) = value.get("error") {
         return Err(ApiError::Server {

@@ -91,7 +91,8 @@ enum Command {
     /// print one table: verdict, failed properties, acks, first failure. Arguments after `--`
     /// go to every run (e.g. `-- --fault-profile aggressive`).
     Matrix(MatrixArgs),
-    /// Write report.md, timeline.svg and report.html again from a run directory.
+    /// Mark the known server issues in a run directory's report.json again, and write
+    /// report.md, timeline.svg and report.html again from it.
     Report {
         /// The run directory (--out of the run).
         dir: PathBuf,
@@ -229,6 +230,10 @@ struct Common {
     /// 0.0.0.0:9464).
     #[arg(long, env = "WORKLOAD_METRICS")]
     metrics: Option<std::net::SocketAddr>,
+    /// Exit as if failures that a known server issue explains (properties/src/known.rs)
+    /// had not happened: 0 when nothing else failed. The report still says `fail`.
+    #[arg(long, env = "WORKLOAD_ALLOW_KNOWN")]
+    allow_known: bool,
 }
 
 const EXIT_PROPERTY_FAILED: u8 = 1;
@@ -383,7 +388,7 @@ fn main() -> ExitCode {
 fn write_page(dir: &std::path::Path) -> ExitCode {
     let report = std::fs::read(dir.join("report.json")).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()));
     match report {
-        Ok(report) => match workload::page::write(dir, &report) {
+        Ok(mut report) => match remark(dir, &mut report).and_then(|()| Ok(workload::page::write(dir, &report)?)) {
             Ok(()) => {
                 println!("{}", dir.join("report.html").display());
                 ExitCode::SUCCESS
@@ -392,6 +397,14 @@ fn write_page(dir: &std::path::Path) -> ExitCode {
         },
         Err(e) => usage(&format!("no readable report.json in {}: {e}", dir.display())),
     }
+}
+
+/// Marks the known server issues again (the table may have changed since the run) and
+/// writes report.json back.
+fn remark(dir: &std::path::Path, report: &mut serde_json::Value) -> anyhow::Result<()> {
+    report::mark_known(report, dir);
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(report)?)?;
+    Ok(())
 }
 
 fn run_matrix(m: &MatrixArgs) -> ExitCode {
@@ -520,6 +533,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     let run_id = common.run_id.clone().unwrap_or_else(|| format!("{seed:016x}"));
     let duration = common.duration;
     let knobs = Knobs { payload_size: common.payload_size.is_none(), in_flight: common.in_flight.is_none() };
+    let allow_known = common.allow_known;
     let (addr, server_version, target, composer) = match command {
         Command::Local { nodes: per_cluster, clusters, nats_server, .. } => {
             let mut power_loss = cfg.faults.enabled && cfg.schedule().kinds.iter().any(|k| k.cuts_power());
@@ -652,7 +666,11 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             facts["faults"] = fault_log.summary();
         }
     }
-    let verdict = finish_report(facts, &out)?;
+    if facts["server_version"].is_null() {
+        facts["server_version"] = json!(workload::jsapi::SERVER_VERSION.get());
+    }
+    let (verdict, without_known) = finish_report(facts, &out)?;
+    let verdict = if allow_known { without_known } else { verdict };
     Ok(match verdict.as_str() {
         // A Test Composer command reports through assertions, not its exit code.
         _ if composer_step => ExitCode::SUCCESS,
@@ -669,15 +687,18 @@ fn url_host(url: &str) -> String {
     host_port.split(':').next().unwrap_or(host_port).to_string()
 }
 
-/// Writes and prints the report; returns its verdict.
-fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Result<String> {
-    let report = report::build(facts);
+/// Writes and prints the report; returns its verdict and the verdict without the failures
+/// known server issues explain.
+fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Result<(String, String)> {
+    let mut report = report::build(facts);
+    report::mark_known(&mut report, out);
     let path = out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     workload::page::write(out, &report)?;
     report::print(&report);
     println!("report: {}", path.display());
-    Ok(report["verdict"].as_str().unwrap_or("fail").to_string())
+    let verdict = |key: &str| report[key].as_str().unwrap_or("fail").to_string();
+    Ok((verdict("verdict"), verdict("verdict_without_known")))
 }
 
 /// First SIGINT/SIGTERM: stop the drivers and verify. A second one: leave at once.

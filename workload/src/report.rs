@@ -31,7 +31,12 @@ pub fn verdict(statuses: &[(Property, &str)]) -> &'static str {
     }
 }
 
+fn tenths(s: f64) -> f64 {
+    (s * 10.0).round() / 10.0
+}
+
 /// The whole report; `run` carries the run's own facts (seed, ids, counters, versions).
+/// Known server issues are marked by [`properties::known::annotate`] afterwards.
 pub fn build(run: Value) -> Value {
     let counts: Vec<(Property, sdk::Counts)> = Property::ALL.iter().map(|&p| (p, sdk::counts(p))).collect();
     let statuses: Vec<(Property, &str)> = counts.iter().map(|(p, c)| (*p, status(*p, c))).collect();
@@ -42,8 +47,9 @@ pub fn build(run: Value) -> Value {
             json!({
                 "id": p.id(), "kind": p.kind(), "message": p.message(), "status": status,
                 "held": c.held, "failed": c.failed, "unknown": c.unknown,
-                "first_failure": c.first_failure,
-                "first_failure_s": c.first_failure_s.map(|s| (s * 10.0).round() / 10.0), "first_unknown": c.first_unknown,
+                "first_failure": c.first_failure(),
+                "first_failure_s": c.first_failure_s().map(tenths), "first_unknown": c.first_unknown,
+                "failures": c.failures.iter().map(|(t, d)| json!({ "t_s": tenths(*t), "details": d })).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -58,6 +64,17 @@ pub fn build(run: Value) -> Value {
         r.extend(extra.clone());
     }
     report
+}
+
+/// Marks the failures a known server issue explains ([`properties::known::annotate`]),
+/// judged against the run's faults (from the report) and operations (`operations.jsonl` in
+/// `dir`, when the run wrote one).
+pub fn mark_known(report: &mut Value, dir: &std::path::Path) {
+    let faults = report["faults"]["events"].as_array().cloned().unwrap_or_default();
+    let operations = std::fs::read_to_string(dir.join("operations.jsonl"))
+        .map(|text| text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+        .unwrap_or_default();
+    properties::known::annotate(report, faults, operations);
 }
 
 pub fn print(report: &Value) {
@@ -80,7 +97,8 @@ pub fn print(report: &Value) {
         );
     }
     for p in report["properties"].as_array().into_iter().flatten().filter(|p| p["status"] == "failed") {
-        println!("first failure of {}: {}", p["id"].as_str().unwrap_or(""), p["first_failure"]);
+        let known = p["known"].as_array().map(|k| format!(" (known server issue: {})", k.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))).unwrap_or_default();
+        println!("first failure of {}{known}: {}", p["id"].as_str().unwrap_or(""), p["first_failure"]);
     }
     for p in report["properties"].as_array().into_iter().flatten().filter(|p| p["status"] == "unknown") {
         println!("could not judge {}: {}", p["id"].as_str().unwrap_or(""), p["first_unknown"]);
@@ -104,7 +122,14 @@ pub fn print(report: &Value) {
     if let Some(slowest) = report["slowest_stream"].as_str() {
         println!("slowest stream: {slowest}");
     }
+    for k in report["known_issues"].as_array().into_iter().flatten() {
+        println!("known server issue {} ({}, {}): {}; see {}", k["id"].as_str().unwrap_or("?"), k["status"].as_str().unwrap_or("?"),
+                 k["versions"], k["title"].as_str().unwrap_or(""), k["write_up"].as_str().unwrap_or(""));
+    }
     println!("verdict: {}", report["verdict"].as_str().unwrap_or("?"));
+    if report["verdict"] != report["verdict_without_known"] && !report["verdict_without_known"].is_null() {
+        println!("verdict without the known server issues: {}", report["verdict_without_known"].as_str().unwrap_or("?"));
+    }
 }
 
 #[cfg(test)]
@@ -112,7 +137,7 @@ mod tests {
     use super::*;
 
     fn counts(held: u64, failed: u64, unknown: u64) -> sdk::Counts {
-        sdk::Counts { held, failed, unknown, first_failure: None, first_failure_s: None, first_unknown: None }
+        sdk::Counts { held, failed, unknown, ..Default::default() }
     }
 
     #[test]

@@ -15,9 +15,8 @@ pub struct Tally {
     held: Vec<AtomicU64>,
     failed: Vec<AtomicU64>,
     unknown: Vec<AtomicU64>,
-    first_failure: Mutex<Vec<Option<Value>>>,
-    /// Seconds from `init` to the first failure.
-    first_failure_s: Mutex<Vec<Option<f64>>>,
+    /// The first [`KEPT_FAILURES`] failures: seconds from the run's start, and details.
+    failures: Mutex<Vec<Vec<(f64, Value)>>>,
     first_unknown: Mutex<Vec<Option<Value>>>,
     /// A pass (or a hit) of the property went to the SDK: it emits only a call site's first
     /// pass, so later passes need not reach it (the reader holds three properties per
@@ -41,35 +40,46 @@ static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
         held: (0..n).map(|_| AtomicU64::new(0)).collect(),
         failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
         unknown: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        first_failure: Mutex::new(vec![None; n]),
-        first_failure_s: Mutex::new(vec![None; n]),
+        failures: Mutex::new(vec![Vec::new(); n]),
         first_unknown: Mutex::new(vec![None; n]),
         passed: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
     }
 });
 
+/// Failures kept per property with their details (the count goes on beyond): enough to
+/// tell whether each is a known server issue, bounded for a run of any length.
+pub const KEPT_FAILURES: usize = 8;
+
 /// Counts of one property, for the report.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Counts {
     pub held: u64,
     pub failed: u64,
     /// Times the question could not be answered at all (see [`unknown`]).
     pub unknown: u64,
-    pub first_failure: Option<Value>,
-    /// Seconds from the run's start (see [`mark_run_started`]) to the first failure.
-    pub first_failure_s: Option<f64>,
+    /// The first [`KEPT_FAILURES`] failures: seconds from the run's start (see
+    /// [`mark_run_started`]) and details.
+    pub failures: Vec<(f64, Value)>,
     pub first_unknown: Option<Value>,
 }
 
+impl Counts {
+    pub fn first_failure(&self) -> Option<&Value> {
+        self.failures.first().map(|(_, d)| d)
+    }
+
+    pub fn first_failure_s(&self) -> Option<f64> {
+        self.failures.first().map(|(t, _)| *t)
+    }
+}
+
 pub fn counts(p: Property) -> Counts {
-    let first = |m: &Mutex<Vec<Option<Value>>>| m.lock().map(|f| f[p.index()].clone()).unwrap_or(None);
     Counts {
         held: TALLY.held[p.index()].load(Relaxed),
         failed: TALLY.failed[p.index()].load(Relaxed),
         unknown: TALLY.unknown[p.index()].load(Relaxed),
-        first_failure: first(&TALLY.first_failure),
-        first_failure_s: TALLY.first_failure_s.lock().map(|f| f[p.index()]).unwrap_or(None),
-        first_unknown: first(&TALLY.first_unknown),
+        failures: TALLY.failures.lock().map(|f| f[p.index()].clone()).unwrap_or_default(),
+        first_unknown: TALLY.first_unknown.lock().map(|f| f[p.index()].clone()).unwrap_or(None),
     }
 }
 
@@ -191,13 +201,11 @@ fn evaluate(p: Property, e: Eval, details: &Value) {
     }
     if failed {
         let n = TALLY.failed[p.index()].fetch_add(1, Relaxed);
-        if n == 0 {
-            if let Ok(mut f) = TALLY.first_failure.lock() {
-                f[p.index()] = Some(details.clone());
-            }
-            if let Ok(mut f) = TALLY.first_failure_s.lock() {
-                let origin = RUN_STARTED.get().copied().unwrap_or(*STARTED);
-                f[p.index()] = Some(std::time::Instant::now().saturating_duration_since(origin).as_secs_f64());
+        if n < KEPT_FAILURES as u64 {
+            let origin = RUN_STARTED.get().copied().unwrap_or(*STARTED);
+            let t = std::time::Instant::now().saturating_duration_since(origin).as_secs_f64();
+            if let Ok(mut f) = TALLY.failures.lock() {
+                f[p.index()].push((t, details.clone()));
             }
         }
         // The first few of each property in full, then a sample, so a flood stays readable.

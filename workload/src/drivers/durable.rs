@@ -21,7 +21,7 @@ use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use properties::confirm::{Confirm, Confirmation};
-use properties::durable::{ConsumerReplica, DurableLedger, Redeliveries, Redelivery};
+use properties::durable::{AckClock, ConsumerReplica, DurableLedger, Redeliveries, Redelivery};
 use properties::payload::{CHECKSUM_HEADER, MSG_ID_HEADER};
 use properties::{Outcome, Property, Violation};
 use serde_json::{json, Value};
@@ -291,11 +291,15 @@ pub struct FloorJudge {
     single_looks: u32,
     /// The consumer's leader and peers at the last look, for a failure's details.
     last_look: Value,
+    /// When the publisher's acks got where, sampled at every look: a skipped message's
+    /// details say when it was published (what a known issue's trigger is timed against).
+    acked: AckClock,
 }
 
 impl FloorJudge {
     pub fn new(ctx: &Ctx) -> Self {
-        Self { floor: Confirm::new(ctx.cfg.liveness.quiet, 3), gone: Confirm::new(ctx.cfg.liveness.quiet, 3), single_seen: None, single_looks: 0, last_look: Value::Null }
+        let confirm = || Confirm::new(ctx.cfg.liveness.quiet, 3);
+        Self { floor: confirm(), gone: confirm(), single_seen: None, single_looks: 0, last_look: Value::Null, acked: AckClock::default() }
     }
 
     /// Reports an undone ack, unless the consumer had a single replica within the last
@@ -319,6 +323,7 @@ impl FloorJudge {
     }
 
     async fn look(&mut self, ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger) -> Look {
+        self.acked.sample(ctx.live.now().as_secs_f64(), Stats::get(&ctx.stats.last_acked_seq));
         let info = jsapi::request(client, &format!("CONSUMER.INFO.{}.{NAME}", ctx.stream), &Value::Null, ctx.api_timeout()).await;
         let info = match info {
             Ok(info) => info,
@@ -371,6 +376,11 @@ impl FloorJudge {
             }
             Some(mut v) => {
                 v.details["leader"] = json!(leader);
+                if let Some(never) = v.details["never_delivered"].as_u64() {
+                    // `account_for_absent` found the run's message stored there at this look.
+                    v.details["stream_holds_it"] = json!(true);
+                    v.details["never_delivered_acked_between_s"] = json!(self.acked.acked_between(never).map(|(a, b)| [a, b]));
+                }
                 match self.floor.observe(ctx.live.now(), true) {
                     Confirmation::Confirmed { bad_for } => {
                         v.details["bad_for_s"] = json!(bad_for.as_secs_f64());

@@ -1,0 +1,339 @@
+//! Known server issues, as data: what the workload has found in nats-server releases and
+//! reports as it must, so that a user (and our own tests) can tell a known server bug from
+//! anything else.
+//!
+//! Each entry is as narrow as the bug: the releases it was seen on, the properties it may
+//! fail, the trigger that must have happened in the run (a fault or an operation, from the
+//! run's own logs), and a predicate over the failure's details that an unrelated failure of
+//! the same property does not meet. A failure that matches stays a failure (the verdict is
+//! still `fail`); it is marked `known: <id>`, and `verdict_without_known` says what the
+//! verdict would be without such failures. `--allow-known` turns that into the exit code.
+//!
+//! An entry is `reproduced` when a standalone program under `findings/<id>/` (no workload
+//! code) shows it on a fresh cluster, else `suspected`.
+
+use crate::{Kind, Property};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// A standalone reproducer under `findings/<id>/` shows it.
+    Reproduced,
+    /// Seen in workload runs only.
+    Suspected,
+}
+
+/// What a run shows besides its failures (times in seconds from the run's start).
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    pub server_version: Option<String>,
+    pub liveness_window_s: f64,
+    /// Fault events (`faults.jsonl`): `{t_s, event: start|end, kind, nodes, detail}`.
+    pub faults: Vec<Value>,
+    /// Operation events (`operations.jsonl`): `{t_s, event, op, stream, detail}`.
+    pub operations: Vec<Value>,
+    /// Every kept failure of the run: property and details.
+    pub failures: Vec<(Property, f64, Value)>,
+}
+
+/// One failure to explain.
+pub struct Failure<'a> {
+    pub property: Property,
+    pub t_s: f64,
+    pub details: &'a Value,
+}
+
+pub struct KnownIssue {
+    pub id: &'static str,
+    pub title: &'static str,
+    pub status: Status,
+    /// The releases it was seen on (exactly as the server reports its version).
+    pub versions: &'static [&'static str],
+    /// The properties it may fail.
+    pub properties: &'static [Property],
+    /// What must have happened before the failure, in words (the predicate checks it).
+    pub trigger: &'static str,
+    /// Where it is written up.
+    pub write_up: &'static str,
+    predicate: fn(&Failure, &Evidence) -> bool,
+}
+
+impl KnownIssue {
+    pub fn matches(&self, f: &Failure, ev: &Evidence) -> bool {
+        ev.server_version.as_deref().is_some_and(|v| self.versions.contains(&v)) && self.properties.contains(&f.property) && (self.predicate)(f, ev)
+    }
+
+    fn summary(&self) -> Value {
+        json!({ "id": self.id, "title": self.title, "status": self.status, "versions": self.versions, "trigger": self.trigger, "write_up": self.write_up })
+    }
+}
+
+/// Every property of kind `eventually`.
+const LIVENESS: &[Property] = &[
+    Property::PublishEventuallyAcked,
+    Property::ConsumerEventuallyCatchesUp,
+    Property::DurableEventuallyCatchesUp,
+    Property::DurableReplicasAgreeAtRest,
+    Property::ScaleEventuallySettles,
+    Property::MoveEventuallySettles,
+    Property::PeerRemovalEventuallyReplaced,
+    Property::StepdownEventuallyElects,
+    Property::ConsumerScaleEventuallySettles,
+    Property::ClusterEventuallyHealthy,
+];
+
+/// Seconds between a scale to one replica and the publication of the message the durable
+/// consumer's floor then passed, within which the scale counts as the trigger.
+const SKIP_NEAR_R1_S: f64 = 10.0;
+
+pub const ISSUES: &[KnownIssue] = &[
+    KnownIssue {
+        id: "durable-ack-floor-skip",
+        title: "a durable consumer's ack floor passes a stored message it never delivered, after the consumer goes to one replica",
+        status: Status::Reproduced,
+        versions: &["2.14.6", "2.15.1"],
+        properties: &[Property::DurableNothingSkipped],
+        trigger: "the stream or the consumer was scaled to one replica within 10 s of the publication of the message the floor passed, and the stream still holds it",
+        write_up: "findings/durable-ack-floor-skip/README.md",
+        predicate: ack_floor_skip,
+    },
+    KnownIssue {
+        id: "dedup-id-stuck-in-process",
+        title: "a retried message id is answered 10158 \"duplicate message id is in process\" for a whole liveness window",
+        status: Status::Suspected,
+        versions: &["2.15.1"],
+        properties: &[Property::PublishEventuallyAcked, Property::ScaleEventuallySettles, Property::MoveEventuallySettles, Property::PeerRemovalEventuallyReplaced],
+        trigger: "a publish window failed on 10158; an operation failing beside it (within a window) on 10158 or 10124 \"move already in progress\"",
+        write_up: "findings/README.md#dedup-id-stuck-in-process",
+        predicate: dedup_stuck,
+    },
+    KnownIssue {
+        id: "corrupted-copy-kept",
+        title: "a node's stream file corrupted while it was down comes back with the damaged range deleted and is never repaired from the other copies",
+        status: Status::Suspected,
+        versions: &["2.15.1"],
+        properties: &[Property::ReplicasAgree, Property::ReadSequenceGapFree, Property::AckedMessageNeverLost, Property::StreamStateCoversAcks],
+        trigger: "a corruption of a stopped node's stream file; a replica comparison then showed interior deletes on one side only, and whatever was missing fits in that hole",
+        write_up: "findings/README.md#corrupted-copy-kept",
+        predicate: corrupted_copy_kept,
+    },
+    KnownIssue {
+        id: "corrupt-snapshot-kept-out",
+        title: "a node whose Raft snapshot of the stream was corrupted while it was down stays out of the stream's group (\"raft: snapshot corrupt\")",
+        status: Status::Suspected,
+        versions: &["2.15.1"],
+        properties: LIVENESS,
+        trigger: "a corruption of a stopped node's files; a liveness failure in the run names \"snapshot corrupt\", and this one names that error or a corrupted node",
+        write_up: "findings/README.md#corrupt-snapshot-kept-out",
+        predicate: corrupt_snapshot_kept_out,
+    },
+    KnownIssue {
+        id: "r1-move-tail-lost",
+        title: "moving an R1 stream hands its leadership to the new peer before it has caught up, and the acknowledged tail is gone",
+        status: Status::Suspected,
+        versions: &["2.14.6"],
+        properties: &[Property::AckedMessageNeverLost, Property::StreamStateCoversAcks],
+        trigger: "a move of the stream while it had one peer was requested before the failure, and what is missing is the stream's tail up to the last ack",
+        write_up: "findings/README.md#r1-move-tail-lost",
+        predicate: r1_move_tail_lost,
+    },
+];
+
+fn text<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key].as_str().unwrap_or_default()
+}
+
+/// Whether an event belongs to the failure's stream (either naming none counts).
+fn same_stream(event: &Value, details: &Value) -> bool {
+    match (event["stream"].as_str(), details["stream"].as_str()) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// Fault starts of `kinds` before `t`.
+fn faults_before<'a>(ev: &'a Evidence, kinds: &'a [&str], t: f64) -> impl Iterator<Item = &'a Value> {
+    ev.faults.iter().filter(move |e| e["event"] == "start" && kinds.contains(&text(e, "kind")) && e["t_s"].as_f64().is_some_and(|s| s <= t))
+}
+
+fn ack_floor_skip(f: &Failure, ev: &Evidence) -> bool {
+    let d = f.details;
+    let Some([lo, hi]) = d["never_delivered_acked_between_s"].as_array().map(|a| [a.first().and_then(Value::as_f64), a.get(1).and_then(Value::as_f64)]) else {
+        return false;
+    };
+    let (Some(lo), Some(hi)) = (lo, hi) else { return false };
+    d["stream_holds_it"] == true
+        && ev.operations.iter().any(|o| {
+            o["event"] == "requested"
+                && matches!(text(o, "op"), "scale" | "consumer-scale")
+                && o["detail"]["to"] == 1
+                && same_stream(o, d)
+                && o["t_s"].as_f64().is_some_and(|t| t >= lo - SKIP_NEAR_R1_S && t <= hi + SKIP_NEAR_R1_S)
+        })
+}
+
+fn dedup_stuck(f: &Failure, ev: &Evidence) -> bool {
+    let stuck = |d: &Value| text(d, "last_error").contains("10158");
+    if f.property == Property::PublishEventuallyAcked {
+        return stuck(f.details);
+    }
+    let error = text(f.details, "last_error");
+    (error.contains("10158") || error.contains("10124"))
+        && ev.failures.iter().any(|(p, t, d)| *p == Property::PublishEventuallyAcked && stuck(d) && (t - f.t_s).abs() <= ev.liveness_window_s && same_stream(d, f.details))
+}
+
+/// The interior deletes one replica has and the other lacks, in a replica comparison.
+fn hole(replicas_agree: &Value) -> u64 {
+    match (replicas_agree["leader"]["num_deleted"].as_u64(), replicas_agree["replica"]["num_deleted"].as_u64()) {
+        (Some(l), Some(r)) => l.abs_diff(r),
+        _ => 0,
+    }
+}
+
+fn corrupted_copy_kept(f: &Failure, ev: &Evidence) -> bool {
+    if faults_before(ev, &["corrupt"], f.t_s).next().is_none() {
+        return false;
+    }
+    let largest_hole = ev.failures.iter().filter(|(p, _, d)| *p == Property::ReplicasAgree && same_stream(d, f.details)).map(|(_, _, d)| hole(d)).max().unwrap_or(0);
+    let d = f.details;
+    let range = |from: &str, to: &str| match (d[from].as_u64(), d[to].as_u64()) {
+        (Some(a), Some(b)) if b >= a => Some(b - a + 1),
+        _ => None,
+    };
+    match f.property {
+        Property::ReplicasAgree => hole(d) > 0,
+        Property::ReadSequenceGapFree => d["first_missing_in_stream"] == true && range("missing_from", "missing_to").is_some_and(|n| n <= largest_hole),
+        Property::AckedMessageNeverLost => {
+            let missing = range("missing_from", "missing_to").or_else(|| d["acked_seqs_missing"].as_u64());
+            missing.is_some_and(|n| n > 0 && n <= largest_hole)
+        }
+        Property::StreamStateCoversAcks => {
+            let short = d["last_acked_seq"].as_u64().zip(d["messages"].as_u64()).map(|(acked, held)| acked.saturating_sub(held));
+            short.is_some_and(|n| n > 0 && n <= largest_hole) && d["last_seq"].as_u64() >= d["last_acked_seq"].as_u64()
+        }
+        _ => false,
+    }
+}
+
+fn corrupt_snapshot_kept_out(f: &Failure, ev: &Evidence) -> bool {
+    let struck: Vec<&str> = faults_before(ev, &["corrupt"], f.t_s).flat_map(|e| e["nodes"].as_array().into_iter().flatten()).filter_map(|n| n["name"].as_str().or(n.as_str())).collect();
+    let said = |d: &Value| text(d, "last_error").contains("snapshot corrupt");
+    let error = text(f.details, "last_error");
+    !struck.is_empty()
+        && ev.failures.iter().any(|(p, _, d)| p.kind() == Kind::Eventually && said(d))
+        && (said(f.details) || struck.iter().any(|n| names_node(error, n)))
+}
+
+/// Whether `text` names node `name` as a word (`n1` is not named by `n10` or `n1-2`).
+fn names_node(text: &str, name: &str) -> bool {
+    text.match_indices(name).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + name.len()..].chars().next();
+        let edge = |c: Option<char>| c.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        edge(before) && edge(after)
+    })
+}
+
+fn r1_move_tail_lost(f: &Failure, ev: &Evidence) -> bool {
+    let d = f.details;
+    let moved_r1 = ev.operations.iter().any(|o| {
+        o["event"] == "requested" && o["op"] == "move" && o["detail"]["peers"].as_array().is_some_and(|p| p.len() == 1) && same_stream(o, d) && o["t_s"].as_f64().is_some_and(|t| t <= f.t_s)
+    });
+    let acked = d["last_acked_seq"].as_u64();
+    let tail = match f.property {
+        // The read's missing range ends at the last ack.
+        Property::AckedMessageNeverLost => d["missing_to"].as_u64().is_some() && d["missing_to"].as_u64() == acked,
+        // The stream ends before the last ack.
+        Property::StreamStateCoversAcks => d["last_seq"].as_u64().zip(acked).is_some_and(|(last, acked)| last < acked),
+        _ => false,
+    };
+    moved_r1 && tail
+}
+
+/// Marks every kept failure in `report` that a known issue explains, and adds to the
+/// report: per property `known` (the ids, when every failure of it is explained), the
+/// matched issues (`known_issues`), the failed properties not wholly explained
+/// (`unexplained`) and `verdict_without_known`. A property that failed more often than its
+/// failures were kept is never wholly explained: the rest could not be looked at.
+pub fn annotate(report: &mut Value, faults: Vec<Value>, operations: Vec<Value>) {
+    let mut ev = Evidence {
+        // `nats-server --version` says "v2.15.1", the server's INFO "2.15.1".
+        server_version: report["server_version"].as_str().map(|v| v.trim_start_matches('v').to_string()),
+        liveness_window_s: report["config"]["liveness"]["window"].as_str().and_then(seconds).unwrap_or(120.0),
+        faults,
+        operations,
+        failures: Vec::new(),
+    };
+    let props = report["properties"].as_array().cloned().unwrap_or_default();
+    for p in &props {
+        let Some(property) = p["id"].as_str().and_then(Property::from_id) else { continue };
+        for f in p["failures"].as_array().into_iter().flatten() {
+            ev.failures.push((property, f["t_s"].as_f64().unwrap_or(0.0), f["details"].clone()));
+        }
+    }
+    let mut matched: Vec<&KnownIssue> = Vec::new();
+    let mut unexplained = Vec::new();
+    for p in report["properties"].as_array_mut().into_iter().flatten() {
+        let Some(property) = p["id"].as_str().and_then(Property::from_id) else { continue };
+        if p["status"] != "failed" {
+            continue;
+        }
+        let mut ids: Vec<&str> = Vec::new();
+        let mut all = p["failed"].as_u64().unwrap_or(0) <= p["failures"].as_array().map_or(0, |f| f.len() as u64);
+        for f in p["failures"].as_array_mut().into_iter().flatten() {
+            let failure = Failure { property, t_s: f["t_s"].as_f64().unwrap_or(0.0), details: &f["details"] };
+            match ISSUES.iter().find(|i| i.matches(&failure, &ev)) {
+                Some(issue) => {
+                    f["known"] = json!(issue.id);
+                    if !ids.contains(&issue.id) {
+                        ids.push(issue.id);
+                    }
+                    if !matched.iter().any(|m| m.id == issue.id) {
+                        matched.push(issue);
+                    }
+                }
+                None => all = false,
+            }
+        }
+        if all && !ids.is_empty() {
+            p["known"] = json!(ids);
+        } else if property.decides_verdict() {
+            unexplained.push(property.id());
+        }
+    }
+    let unknown_left = report["unknown"].as_array().is_some_and(|u| !u.is_empty());
+    let without = match report["verdict"].as_str() {
+        Some("fail") if !unexplained.is_empty() => "fail",
+        Some("fail") | Some("unknown") if unknown_left => "unknown",
+        Some("fail") => "pass",
+        Some(v) => v,
+        None => "fail",
+    }
+    .to_string();
+    report["known_issues"] = json!(matched.iter().map(|i| i.summary()).collect::<Vec<_>>());
+    report["unexplained"] = json!(unexplained);
+    report["verdict_without_known"] = json!(without);
+}
+
+/// "2m", "120s", "1m 30s" (humantime's way of writing the config's durations) in seconds.
+fn seconds(text: &str) -> Option<f64> {
+    let mut total = 0.0;
+    for part in text.split_whitespace() {
+        let split = part.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (n, unit) = part.split_at(split);
+        let n: f64 = n.parse().ok()?;
+        total += n * match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" | "min" => 60.0,
+            "h" => 3600.0,
+            _ => return None,
+        };
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests;

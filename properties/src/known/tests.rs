@@ -1,0 +1,128 @@
+//! Every entry of the table against the saved report of a real run that met it
+//! (`fixtures/<id>.json`: the report's failed properties, the run's faults and operations,
+//! trimmed; `fixtures/README.md` says where each came from), and against near misses made
+//! from that same case by changing one thing an unrelated failure would differ in.
+
+use super::*;
+
+#[derive(Clone)]
+struct Case {
+    report: Value,
+    faults: Vec<Value>,
+    operations: Vec<Value>,
+}
+
+fn case(name: &str) -> Case {
+    let path = format!("{}/src/known/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))).unwrap();
+    let list = |k: &str| v[k].as_array().cloned().unwrap_or_default();
+    Case { report: v["report"].clone(), faults: list("faults"), operations: list("operations") }
+}
+
+impl Case {
+    fn judged(&self) -> Value {
+        let mut r = self.report.clone();
+        annotate(&mut r, self.faults.clone(), self.operations.clone());
+        r
+    }
+
+    /// The issues that explain every failure of `id`, or none.
+    fn known(&self, id: &str) -> Vec<String> {
+        let r = self.judged();
+        let p = r["properties"].as_array().unwrap().iter().find(|p| p["id"] == id).unwrap_or_else(|| panic!("no {id}"));
+        p["known"].as_array().into_iter().flatten().filter_map(|k| k.as_str().map(str::to_string)).collect()
+    }
+
+    /// Every kept failure of `id`, to change.
+    fn failures(&mut self, id: &str) -> impl Iterator<Item = &mut Value> {
+        let p = self.report["properties"].as_array_mut().unwrap().iter_mut().find(|p| p["id"] == id).unwrap();
+        p["failures"].as_array_mut().unwrap().iter_mut().map(|f| &mut f["details"])
+    }
+
+    fn with_version(&self, v: &str) -> Case {
+        let mut c = self.clone();
+        c.report["server_version"] = json!(v);
+        c
+    }
+}
+
+fn ids(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn every_entry_names_its_properties_versions_and_a_write_up() {
+    for i in ISSUES {
+        assert!(!i.versions.is_empty() && !i.properties.is_empty() && !i.trigger.is_empty(), "{}", i.id);
+        assert!(i.write_up.starts_with("findings/"), "{}", i.id);
+        assert_eq!(ISSUES.iter().filter(|j| j.id == i.id).count(), 1, "{} twice", i.id);
+    }
+}
+
+#[test]
+fn durable_ack_floor_skip_matches_its_real_case_only() {
+    let c = case("durable-ack-floor-skip");
+    assert_eq!(c.known("durable-nothing-skipped"), ids(&["durable-ack-floor-skip"]));
+    let r = c.judged();
+    assert_eq!(r["verdict"], "fail");
+    assert_eq!(r["verdict_without_known"], "pass", "{}", r["unexplained"]);
+    assert_eq!(r["known_issues"][0]["status"], "reproduced");
+
+    assert!(c.with_version("2.12.1").known("durable-nothing-skipped").is_empty(), "another release");
+    let mut no_r1 = c.clone();
+    no_r1.operations.retain(|o| o["detail"]["to"] != 1);
+    assert!(no_r1.known("durable-nothing-skipped").is_empty(), "no scale to one replica");
+    let mut later = c.clone();
+    for d in later.failures("durable-nothing-skipped") {
+        let [lo, hi] = [0, 1].map(|i| d["never_delivered_acked_between_s"][i].as_f64().unwrap());
+        d["never_delivered_acked_between_s"] = json!([lo + 600.0, hi + 600.0]);
+    }
+    assert!(later.known("durable-nothing-skipped").is_empty(), "published far from any scale to one replica");
+    let mut gone = c.clone();
+    for d in gone.failures("durable-nothing-skipped") {
+        d["stream_holds_it"] = json!(false);
+    }
+    assert!(gone.known("durable-nothing-skipped").is_empty(), "a message the stream no longer holds");
+    let mut untimed = c.clone();
+    for d in untimed.failures("durable-nothing-skipped") {
+        d["never_delivered_acked_between_s"] = Value::Null;
+    }
+    assert!(untimed.known("durable-nothing-skipped").is_empty(), "a message whose publication is not known");
+}
+
+#[test]
+fn a_property_failing_more_often_than_its_failures_were_kept_is_never_wholly_explained() {
+    let mut c = case("durable-ack-floor-skip");
+    let p = c.report["properties"].as_array_mut().unwrap().iter_mut().find(|p| p["id"] == "durable-nothing-skipped").unwrap();
+    p["failed"] = json!(p["failures"].as_array().unwrap().len() + 1);
+    assert!(c.known("durable-nothing-skipped").is_empty());
+    assert_eq!(c.judged()["verdict_without_known"], "fail");
+}
+
+#[test]
+fn an_unexplained_failure_beside_a_known_one_keeps_the_verdict() {
+    let mut c = case("durable-ack-floor-skip");
+    let p = c.report["properties"].as_array_mut().unwrap().iter_mut().find(|p| p["id"] == "acked-message-never-lost").unwrap();
+    p["status"] = json!("failed");
+    p["failed"] = json!(1);
+    p["failures"] = json!([{ "t_s": 20.0, "details": { "missing_from": 5, "missing_to": 5, "last_acked_seq": 100 } }]);
+    let r = c.judged();
+    assert_eq!(r["unexplained"], json!(["acked-message-never-lost"]));
+    assert_eq!(r["verdict_without_known"], "fail");
+}
+
+#[test]
+fn seconds_read_the_configs_durations() {
+    assert_eq!(seconds("2m"), Some(120.0));
+    assert_eq!(seconds("1m 30s"), Some(90.0));
+    assert_eq!(seconds("500ms"), Some(0.5));
+    assert_eq!(seconds("x"), None);
+}
+
+#[test]
+fn a_node_is_named_as_a_word() {
+    assert!(names_node("n1: 503 snapshot corrupt", "n1"));
+    assert!(names_node("replica n1 not current", "n1"));
+    assert!(!names_node("replica n10 not current", "n1"));
+    assert!(!names_node("replica n1-2 not current", "n1"));
+}
