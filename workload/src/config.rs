@@ -40,6 +40,13 @@ pub struct StreamConfig {
     /// The servers' `sync_interval` (`workload local`; other clusters have their own configs):
     /// `always` fsyncs every write, `default` leaves the server's own interval.
     pub sync_interval: SyncInterval,
+    /// A stream is finished, verified in full with faults paused, deleted and replaced by a
+    /// fresh one (an epoch) once it has been driven this long (0: never)...
+    #[serde(with = "humantime_serde")]
+    pub rotate_after: Duration,
+    /// ... or once this many messages were acknowledged on it (0: never), so that no copy
+    /// a scale, move or evacuation makes grows with the length of the run.
+    pub rotate_messages: u64,
 }
 
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
@@ -489,7 +496,14 @@ pub struct ReportConfig {
 
 impl Default for StreamConfig {
     fn default() -> Self {
-        Self { count: 1, initial_replicas: 3, duplicate_window: Duration::from_secs(300), sync_interval: SyncInterval::Always }
+        Self {
+            count: 1,
+            initial_replicas: 3,
+            duplicate_window: Duration::from_secs(300),
+            sync_interval: SyncInterval::Always,
+            rotate_after: Duration::from_secs(30 * 60),
+            rotate_messages: 1_000_000,
+        }
     }
 }
 

@@ -19,6 +19,7 @@ pub mod round;
 pub mod run;
 pub mod sdk;
 pub mod state;
+pub mod streams;
 pub mod timeline;
 pub mod verify;
 pub mod view;

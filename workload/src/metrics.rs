@@ -6,7 +6,8 @@
 //! `http://ADDR/metrics`.
 
 use crate::sdk;
-use crate::state::{Ctx, Stats};
+use crate::state::Stats;
+use crate::streams::Streams;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use properties::Property;
@@ -26,20 +27,21 @@ pub fn serve(addr: SocketAddr) -> anyhow::Result<()> {
 
 /// Copies the run's state into the registry every second, through the final verification,
 /// until the process ends.
-pub async fn export(ctxs: Vec<Arc<Ctx>>) {
+pub async fn export(streams: Arc<Streams>) {
     let mut leader = String::new();
     loop {
-        publish(&ctxs, &mut leader);
+        publish(&streams, &mut leader);
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
 /// The counters are totals over the streams; with several, each stream's acks and lag are
 /// served too (labelled `stream`), and the leader is the first stream's.
-fn publish(ctxs: &[Arc<Ctx>], leader: &mut String) {
+fn publish(streams: &Streams, leader: &mut String) {
+    let ctxs = streams.now();
     let ctx = &ctxs[0];
     let s = &ctx.stats;
-    if let serde_json::Value::Object(all) = Stats::total(ctxs.iter().map(|c| &*c.stats)) {
+    if let serde_json::Value::Object(all) = streams.totals() {
         for (name, value) in all {
             let v = value.as_u64().unwrap_or(0);
             if LEVELS.contains(&name.as_str()) {
@@ -52,7 +54,7 @@ fn publish(ctxs: &[Arc<Ctx>], leader: &mut String) {
     }
     gauge!("workload_consumer_lag").set(ctxs.iter().map(|c| c.stats.lag()).sum::<u64>() as f64);
     if ctxs.len() > 1 {
-        for c in ctxs {
+        for c in &ctxs {
             counter!("workload_stream_acked_total", "stream" => c.stream.clone()).absolute(Stats::get(&c.stats.acked));
             gauge!("workload_stream_consumer_lag", "stream" => c.stream.clone()).set(c.stats.lag() as f64);
         }

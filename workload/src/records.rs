@@ -2,17 +2,15 @@
 //! driver records which stream it used and how far its acknowledgements got, so that the
 //! eventually_ and finally_ commands can verify every stream from its record alone.
 
-use crate::jsapi;
 use crate::sdk;
 use crate::state::{Ctx, Stats, Suspect};
 use crate::verify::{final_verification, FinalCheck};
 use properties::Property;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// What one driver acknowledged: enough to verify its stream without it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -130,15 +128,7 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir) -> FinalCheck {
         return check;
     }
     sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": ctx.stream, "verified": check.verified }));
-    // The run's own token is cancelled by now (the driver's time is up): the delete gets
-    // a window of its own.
-    let ctx = ctx.with_cancel(&CancellationToken::new(), true);
-    let Ok(client) = ctx.connect("retire").await else { return check };
-    let api = format!("STREAM.DELETE.{}", ctx.stream);
-    let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
-    if let Err(e) = ctx.live.attempt("retire stream", &ctx.cancel, delete).await {
-        tracing::warn!(stream = %ctx.stream, "retired, but the stream could not be deleted: {e}");
-    }
+    crate::verify::delete_stream(ctx).await;
     check
 }
 

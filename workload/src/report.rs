@@ -48,7 +48,7 @@ pub fn build(run: Value) -> Value {
                 "id": p.id(), "kind": p.kind(), "message": p.message(), "status": status,
                 "held": c.held, "failed": c.failed, "unknown": c.unknown,
                 "first_failure": c.first_failure(),
-                "first_failure_s": c.first_failure_s().map(tenths), "first_unknown": c.first_unknown,
+                "first_failure_s": c.first_failure_s().map(tenths), "first_unknown": c.first_unknown(), "unknowns": c.unknowns,
                 "failures": c.failures.iter().map(|(t, d)| json!({ "t_s": tenths(*t), "details": d })).collect::<Vec<_>>(),
             })
         })

@@ -10,7 +10,9 @@ use crate::random::Source;
 use crate::records::{self, StateDir};
 use crate::sdk;
 use crate::state::{ClusterAddr, Ctx, Stats};
+use crate::streams::Streams;
 use crate::verify::{self, final_verification, first_contact, FinalCheck};
+use crate::view::ClusterView;
 use properties::payload::RunMessages;
 use properties::Property;
 use serde_json::{json, Value};
@@ -40,11 +42,31 @@ pub struct RunSpec {
 
 /// What a finished run hands to the report.
 pub struct Finished {
-    /// One per stream, in order.
+    /// One per stream, in order (the last epoch's, when the run rotated its streams).
     pub streams: Vec<StreamDone>,
+    /// The epochs finished before the last one, when the run rotated its streams.
+    pub epochs: Vec<Epoch>,
     pub elapsed: Duration,
     /// Quiet periods while the drivers ran: granted, refused, the time faults were allowed.
     pub quiet: Value,
+}
+
+/// One finished epoch of a run that rotates its streams: its streams, each verified in
+/// full with faults paused, and deleted when every check held.
+pub struct Epoch {
+    pub index: usize,
+    pub started_s: f64,
+    pub ended_s: f64,
+    pub streams: Vec<StreamDone>,
+    /// The streams were deleted (every check held), else kept for a post-mortem.
+    pub deleted: bool,
+}
+
+impl Epoch {
+    fn facts(&self) -> Value {
+        json!({ "epoch": self.index, "started_s": self.started_s, "ended_s": self.ended_s, "deleted": self.deleted,
+                "streams": self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>() })
+    }
 }
 
 /// One stream's part of a finished run.
@@ -80,28 +102,41 @@ impl Finished {
     /// The run's part of `report.json`. With one stream, that stream's facts; with several,
     /// totals (counters summed, final checks joined, message outcomes counted without their
     /// ranges), the slowest stream (fewest acks), and each stream's own facts in `per_stream`.
+    /// A run that rotated its streams gives the totals over every epoch's streams, and
+    /// each epoch's own facts in `epochs` (the last one too).
     pub fn facts(&self) -> Value {
         let first = &self.streams[0].ctx;
-        let mut facts = if let [one] = &self.streams[..] {
+        let all: Vec<&StreamDone> = self.epochs.iter().flat_map(|e| &e.streams).chain(&self.streams).collect();
+        let mut facts = if let ([one], true) = (&self.streams[..], self.epochs.is_empty()) {
             one.facts()
         } else {
-            let outcomes: Vec<_> = self.streams.iter().filter_map(StreamDone::messages).collect();
+            let outcomes: Vec<_> = all.iter().filter_map(|s| s.messages()).collect();
             let sum = |f: fn(&properties::outcomes::MessageOutcomes) -> u64| outcomes.iter().map(f).sum::<u64>();
             let ctxs: Vec<Arc<Ctx>> = self.streams.iter().map(|s| s.ctx.clone()).collect();
-            json!({
-                "final_check": FinalCheck::joined(self.streams.iter().filter_map(|s| s.check.as_ref())),
-                "suspicions_at_stop": self.streams.iter().flat_map(|s| s.suspicions_at_stop.iter().cloned()).collect::<Vec<_>>(),
-                "counters": Stats::total(self.streams.iter().map(|s| &*s.ctx.stats)),
-                "messages": (outcomes.len() == self.streams.len()).then(|| json!({
+            let mut facts = json!({
+                "final_check": FinalCheck::joined(all.iter().filter_map(|s| s.check.as_ref())),
+                "suspicions_at_stop": all.iter().flat_map(|s| s.suspicions_at_stop.iter().cloned()).collect::<Vec<_>>(),
+                "counters": Stats::total(all.iter().map(|s| &*s.ctx.stats)),
+                "messages": (outcomes.len() == all.len()).then(|| json!({
                     "sent": sum(|m| m.sent), "acked": sum(|m| m.acked), "ok": sum(|m| m.ok), "lost": sum(|m| m.lost),
                     "unknown": sum(|m| m.unknown), "lost_range_count": outcomes.iter().map(|m| m.lost_range_count).sum::<usize>(),
                 })),
-                "slowest_stream": slowest(&ctxs).map(|c| &c.stream),
-                "per_stream": self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>(),
-            })
+            });
+            if self.epochs.is_empty() {
+                facts["slowest_stream"] = json!(slowest(&ctxs).map(|c| &c.stream));
+                facts["per_stream"] = json!(self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>());
+            } else {
+                let last = Epoch { index: self.epochs.len(), started_s: self.epochs.last().map_or(0.0, |e| e.ended_s), ended_s: self.elapsed.as_secs_f64(), streams: Vec::new(), deleted: false };
+                let mut epochs: Vec<Value> = self.epochs.iter().map(Epoch::facts).collect();
+                let mut last = last.facts();
+                last["streams"] = json!(self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>());
+                epochs.push(last);
+                facts["epochs"] = json!(epochs);
+            }
+            facts
         };
-        let check = |s: &StreamDone| s.check.as_ref().map(|c| c.read != properties::Outcome::Unknown);
-        facts["final_read_complete"] = json!(self.streams.iter().map(check).reduce(|a, b| Some(a? && b?)).flatten());
+        let check = |s: &&StreamDone| s.check.as_ref().map(|c| c.read != properties::Outcome::Unknown);
+        facts["final_read_complete"] = json!(all.iter().map(check).reduce(|a, b| Some(a? && b?)).flatten());
         facts["elapsed_s"] = json!(self.elapsed.as_secs_f64());
         facts["operations"] = first.ops.to_json();
         facts["quiet_requests"] = json!(first.live.quiet.count());
@@ -125,13 +160,19 @@ pub fn stream_run_id(run_id: &str, i: usize, n: usize) -> String {
     if n == 1 { run_id.to_string() } else { format!("{run_id}_{}", i + 1) }
 }
 
+/// The run id of epoch `epoch` of a stream whose run id is `id` (the first keeps it).
+pub fn epoch_run_id(id: &str, epoch: usize) -> String {
+    if epoch == 0 { id.to_string() } else { format!("{id}_e{epoch}") }
+}
+
 pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, NotRun> {
     let started = Instant::now();
     sdk::mark_run_started(started);
     let n = spec.cfg.stream.count;
-    // One stop signal, one quiet mechanism, one fault log and one tally of operations for
-    // every stream; the rest (numbers, suspicions, view, ledgers) is each stream's own.
-    let drivers_stop = stop.child_token();
+    // One stop signal, one quiet mechanism, one fault log, one tally of operations and one
+    // view per stream slot for the whole run; the rest (numbers, suspicions, ledgers) is
+    // each stream's own, and a rotation starts them afresh.
+    let run_stop = stop.child_token();
     let quiet = QuietRequests::new(spec.cfg.liveness.window);
     let faults = spec.injector.as_ref().map(|i| i.log.clone());
     let ops: Arc<operator::OpTally> = Arc::default();
@@ -139,75 +180,176 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         // Beside the timeline and the fault log.
         ops.log_to(dir.join("operations.jsonl"), started);
     }
-    let ctxs: Vec<Arc<Ctx>> = (0..n)
-        .map(|i| {
-            let run = RunMessages::new(stream_run_id(&spec.run_id, i, n), spec.seed, spec.cfg.publish.payload_size);
-            let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, quiet.clone(), drivers_stop.clone());
-            ctx.faults.clone_from(&faults);
-            ctx.ops = ops.clone();
-            Arc::new(ctx)
-        })
-        .collect();
-    let first = ctxs[0].clone();
+    let views: Vec<Arc<ClusterView>> = (0..n).map(|_| Arc::default()).collect();
+    let epoch_ctxs = |epoch: usize, cancel: &CancellationToken| -> Vec<Arc<Ctx>> {
+        (0..n)
+            .map(|i| {
+                let id = epoch_run_id(&stream_run_id(&spec.run_id, i, n), epoch);
+                let run = RunMessages::new(id, spec.seed, spec.cfg.publish.payload_size);
+                let mut ctx = Ctx::new(&spec.cfg, &spec.cluster, run, started, quiet.clone(), cancel.clone());
+                ctx.faults.clone_from(&faults);
+                ctx.ops = ops.clone();
+                ctx.view = views[i].clone();
+                ctx.view.start_stream(&ctx.stream);
+                Arc::new(ctx)
+            })
+            .collect()
+    };
+    let mut ctxs = epoch_ctxs(0, &run_stop.child_token());
+    let streams = Streams::new(ctxs.clone());
     let composer = spec.composer;
 
-    if let Some(addr) = first.cfg.report.metrics {
+    if let Some(addr) = spec.cfg.report.metrics {
         crate::metrics::serve(addr).map_err(|e| NotRun::Setup(e.to_string()))?;
     }
+    // The run's own tasks: they outlive every epoch's drivers.
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(progress(ctxs.clone(), started));
+    tasks.spawn(progress(streams.clone(), run_stop.clone(), started));
     if let Some(path) = spec.timeline.clone() {
-        tasks.spawn(crate::timeline::record(ctxs.clone(), started, path));
+        tasks.spawn(crate::timeline::record(streams.clone(), run_stop.clone(), started, path));
     }
-    if first.cfg.report.metrics.is_some() {
+    if spec.cfg.report.metrics.is_some() {
         // Not one of the drivers: it goes on through the final verification.
-        tokio::spawn(crate::metrics::export(ctxs.clone()));
+        tokio::spawn(crate::metrics::export(streams.clone()));
     }
     if let Err(e) = setup(&ctxs, composer.is_none()).await {
-        let _ = drivers::stop(&first, tasks).await;
+        run_stop.cancel();
+        let _ = drivers::join(tasks).await;
         return Err(e);
     }
-    for (i, ctx) in ctxs.iter().enumerate() {
-        // Stream 0 draws as a run of one stream does, so a seed means what it meant.
-        let salt = (i as u64) << 32;
-        drivers::spawn_core(ctx, &mut tasks);
-        if ctx.cfg.durable.enabled {
-            tasks.spawn(drivers::on_stream(ctx, drivers::durable::run(ctx.clone(), spec.source.chooser(0xD0AB1E ^ salt))));
-        }
-        if ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
-            tasks.spawn(drivers::on_stream(ctx, operator::run(ctx.clone(), spec.source.chooser(0x5CA1E ^ salt))));
-        }
-        if let Some(state) = &composer {
-            tasks.spawn(drivers::on_stream(ctx, records::record_while_running(ctx.clone(), state.clone())));
-        }
-    }
+    let mut drivers = spawn_drivers(&ctxs, &spec.source, composer.as_ref());
     if let Some(injector) = spec.injector {
         // Joined with the drivers, so every fault is healed before the final verification.
         // Its strikes aim at the first stream's roles; what destroys data waits for every
         // stream's copies.
-        let others = ctxs[1..].iter().map(|c| c.view.clone()).collect();
-        tasks.spawn(injector.with_stream(&first.stream).guarding(others).run(drivers_stop.clone(), quiet.subscribe(), started, first.view.clone()));
+        tasks.spawn(injector.guarding(views[1..].to_vec()).run(run_stop.clone(), quiet.subscribe(), started, views[0].clone()));
     }
 
-    tokio::select! {
-        _ = tokio::time::sleep(spec.duration) => tracing::info!("duration reached; stopping drivers"),
-        _ = stop.cancelled() => tracing::info!("stop requested; stopping drivers"),
+    let end = tokio::time::Instant::from_std(started + spec.duration);
+    let rotation = if composer.is_some() { Rotation::default() } else { Rotation::of(&spec.cfg) };
+    let mut epochs: Vec<Epoch> = Vec::new();
+    let mut epoch_started = started;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(end) => {
+                tracing::info!("duration reached; stopping drivers");
+                break;
+            }
+            _ = stop.cancelled() => {
+                tracing::info!("stop requested; stopping drivers");
+                break;
+            }
+            _ = rotation.due(&ctxs, epoch_started) => {}
+        }
+        // Rotate: this epoch's streams are finished and verified like a run's end, and
+        // fresh ones take their place.
+        let index = epochs.len();
+        tracing::info!(epoch = index, "rotating: stopping this epoch's drivers to verify its streams");
+        let _ = drivers::stop(&ctxs[0], drivers).await;
+        let done = verify_all(ctxs.clone()).await;
+        let deleted = done.iter().all(|d| d.check.as_ref().is_some_and(FinalCheck::all_held));
+        if deleted {
+            for d in &done {
+                verify::delete_stream(&d.ctx).await;
+            }
+        } else {
+            tracing::warn!(epoch = index, "not every check held: the epoch's streams are kept");
+        }
+        let ended_s = started.elapsed().as_secs_f64();
+        epochs.push(Epoch { index, started_s: epoch_started.duration_since(started).as_secs_f64(), ended_s, streams: done, deleted });
+        epoch_started = Instant::now();
+        ctxs = epoch_ctxs(index + 1, &run_stop.child_token());
+        streams.rotate(ctxs.clone());
+        if setup(&ctxs, false).await.is_err() {
+            // Stopped before the next epoch's streams existed: nothing of it to verify.
+            drivers = tokio::task::JoinSet::new();
+            ctxs.clear();
+            break;
+        }
+        tracing::info!(epoch = index + 1, streams = ?ctxs.iter().map(|c| &c.stream).collect::<Vec<_>>(), "epoch started");
+        drivers = spawn_drivers(&ctxs, &spec.source, composer.as_ref());
     }
     // A driver's error is logged; the final verification still runs.
-    let _ = drivers::stop(&first, tasks).await;
+    if let Some(first) = ctxs.first() {
+        let _ = drivers::stop(first, drivers).await;
+    }
+    run_stop.cancel();
+    let _ = drivers::join(tasks).await;
     let quiet = quiet.summary(started);
 
     if let Some(state) = &composer {
-        // A composer driver drives one stream (validated).
+        // A composer driver drives one stream (validated) and never rotates.
+        let first = ctxs[0].clone();
         if let Err(e) = records::record(&first, state, true) {
             tracing::error!("cannot record the run in {}: {e:#}", state.0.display());
         }
         let check = if first.cfg.composer.retire_verified { Some(records::check_and_retire(&first, state).await) } else { None };
         let done = StreamDone { ctx: first, check, suspicions_at_stop: Vec::new() };
-        return Ok(Finished { elapsed: started.elapsed(), streams: vec![done], quiet });
+        return Ok(Finished { elapsed: started.elapsed(), streams: vec![done], epochs, quiet });
     }
-    // Every stream's final verification at once: each waits for its own settle and read.
-    let streams = futures::future::join_all(ctxs.into_iter().map(|ctx| async move {
+    let mut streams = verify_all(ctxs).await;
+    if streams.is_empty() {
+        // The run stopped during a rotation: the last finished epoch is the end of it.
+        streams = epochs.pop().map(|e| e.streams).unwrap_or_default();
+    }
+    Ok(Finished { elapsed: started.elapsed(), streams, epochs, quiet })
+}
+
+/// When a run rotates its streams ([`crate::config::StreamConfig::rotate_after`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Rotation {
+    after: Option<Duration>,
+    messages: Option<u64>,
+}
+
+impl Rotation {
+    fn of(cfg: &crate::config::Config) -> Self {
+        let s = &cfg.stream;
+        Self { after: Some(s.rotate_after).filter(|d| !d.is_zero()), messages: Some(s.rotate_messages).filter(|m| *m > 0) }
+    }
+
+    /// Resolves once the epoch begun at `since` has lasted long enough or one of its streams
+    /// holds enough acks; never without either limit.
+    async fn due(&self, ctxs: &[Arc<Ctx>], since: Instant) {
+        if self.after.is_none() && self.messages.is_none() {
+            return std::future::pending().await;
+        }
+        loop {
+            let long = self.after.is_some_and(|a| since.elapsed() >= a);
+            let full = self.messages.is_some_and(|m| ctxs.iter().any(|c| Stats::get(&c.stats.acked) >= m));
+            if long || full {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// The drivers of an epoch's streams: publisher, reader, monitor, durable consumer and
+/// operator each, and a composer driver's record keeper.
+fn spawn_drivers(ctxs: &[Arc<Ctx>], source: &Source, composer: Option<&StateDir>) -> tokio::task::JoinSet<anyhow::Result<()>> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, ctx) in ctxs.iter().enumerate() {
+        // Stream 0 draws as a run of one stream does, so a seed means what it meant.
+        let salt = (i as u64) << 32;
+        drivers::spawn_core(ctx, &mut tasks);
+        if ctx.cfg.durable.enabled {
+            tasks.spawn(drivers::on_stream(ctx, drivers::durable::run(ctx.clone(), source.chooser(0xD0AB1E ^ salt))));
+        }
+        if ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
+            tasks.spawn(drivers::on_stream(ctx, operator::run(ctx.clone(), source.chooser(0x5CA1E ^ salt))));
+        }
+        if let Some(state) = composer {
+            tasks.spawn(drivers::on_stream(ctx, records::record_while_running(ctx.clone(), state.clone())));
+        }
+    }
+    tasks
+}
+
+/// Every stream's final verification at once, with faults paused: each waits for its own
+/// settle and read, and answers the suspicions its drivers left open.
+async fn verify_all(ctxs: Vec<Arc<Ctx>>) -> Vec<StreamDone> {
+    futures::future::join_all(ctxs.into_iter().map(|ctx| async move {
         let open = ctx.suspicions.take();
         if !open.is_empty() {
             tracing::info!(stream = %ctx.stream, ?open, "suspicions open when the drivers stopped: the final verification answers them");
@@ -216,8 +358,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         let suspicions_at_stop = check.answer(open);
         StreamDone { ctx, check: Some(check), suspicions_at_stop }
     }))
-    .await;
-    Ok(Finished { elapsed: started.elapsed(), streams, quiet })
+    .await
 }
 
 /// The cluster reached and ready, and the run's streams created. For `workload run` and
@@ -257,25 +398,32 @@ async fn setup(ctxs: &[Arc<Ctx>], first: bool) -> Result<(), NotRun> {
     Ok(())
 }
 
-/// A progress line every `report.progress_interval`: totals over the streams, and the
-/// slowest stream's when there are several.
-async fn progress(ctxs: Vec<Arc<Ctx>>, started: Instant) -> anyhow::Result<()> {
-    let ctx = &ctxs[0];
-    let every = ctx.cfg.report.progress_interval;
+/// A progress line every `report.progress_interval` until `stop`: totals over the streams
+/// (and the epochs before, when the run rotates them), and the slowest stream's when there
+/// are several.
+async fn progress(streams: Arc<Streams>, stop: CancellationToken, started: Instant) -> anyhow::Result<()> {
+    let every = streams.first().cfg.report.progress_interval;
     let (mut acked0, mut verified0) = (0, 0);
+    // Resident set at the first line and the largest since, kept in the current epoch's
+    // first stream (an epoch's counters start at zero).
+    let (mut rss_first, mut rss_max) = (0, 0);
     let mut persisting = crate::logs::Persisting::default();
-    let total = |counter: fn(&Stats) -> &std::sync::atomic::AtomicU64| ctxs.iter().map(|c| Stats::get(counter(&c.stats))).sum::<u64>();
     loop {
         tokio::select! {
-            _ = ctx.cancel.cancelled() => return Ok(()),
+            _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(every) => {}
         }
-        let s = &ctx.stats;
+        let ctxs = streams.now();
+        let ctx = &ctxs[0];
+        let total = |counter: fn(&Stats) -> &std::sync::atomic::AtomicU64| streams.total(|s| Stats::get(counter(s)));
         let (acked, verified) = (total(|s| &s.acked), total(|s| &s.verified));
+        let s = &ctx.stats;
         let rss = rss_mib();
         if let Some(kib) = rss.map(|m| (m * 1024.0) as u64) {
-            let _ = s.rss_kib_first.compare_exchange(0, kib, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed);
-            s.rss_kib_max.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+            rss_first = if rss_first == 0 { kib } else { rss_first };
+            rss_max = rss_max.max(kib);
+            s.rss_kib_first.store(rss_first, std::sync::atomic::Ordering::Relaxed);
+            s.rss_kib_max.store(rss_max, std::sync::atomic::Ordering::Relaxed);
         }
         let secs = every.as_secs_f64();
         let leader = s.leader.lock().map(|l| l.clone()).unwrap_or_default();
@@ -284,7 +432,7 @@ async fn progress(ctxs: Vec<Arc<Ctx>>, started: Instant) -> anyhow::Result<()> {
             _ => String::new(),
         };
         tracing::info!(
-            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} faults={} quiet={} failed={} client_errors={} rss={}MiB{}",
+            "t={:.0}s acked={} ({:.0}/s) verified={} ({:.0}/s) lag={} replicas={} leader={} rewinds={} recreates={} scales={} faults={} quiet={} failed={} client_errors={} rss={}MiB{}{}",
             started.elapsed().as_secs_f64(),
             acked,
             (acked - acked0) as f64 / secs,
@@ -302,6 +450,7 @@ async fn progress(ctxs: Vec<Arc<Ctx>>, started: Instant) -> anyhow::Result<()> {
             crate::logs::client_errors(),
             rss.map_or("?".into(), |m| format!("{m:.1}")),
             slowest,
+            if ctx.run.run_id.contains("_e") { format!(" stream={}", ctx.stream) } else { String::new() },
         );
         (acked0, verified0) = (acked, verified);
         if let Some(streak) = persisting.look(Instant::now(), crate::logs::client_errors(), ctx.cfg.liveness.window) {

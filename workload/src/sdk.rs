@@ -17,7 +17,8 @@ pub struct Tally {
     unknown: Vec<AtomicU64>,
     /// The first [`KEPT_FAILURES`] failures: seconds from the run's start, and details.
     failures: Mutex<Vec<Vec<(f64, Value)>>>,
-    first_unknown: Mutex<Vec<Option<Value>>>,
+    /// The first [`KEPT_FAILURES`] unknowns' details.
+    unknowns: Mutex<Vec<Vec<Value>>>,
     /// A pass (or a hit) of the property went to the SDK: it emits only a call site's first
     /// pass, so later passes need not reach it (the reader holds three properties per
     /// message). Numeric guidance always goes: each value is news to Antithesis.
@@ -41,7 +42,7 @@ static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
         failed: (0..n).map(|_| AtomicU64::new(0)).collect(),
         unknown: (0..n).map(|_| AtomicU64::new(0)).collect(),
         failures: Mutex::new(vec![Vec::new(); n]),
-        first_unknown: Mutex::new(vec![None; n]),
+        unknowns: Mutex::new(vec![Vec::new(); n]),
         passed: (0..n).map(|_| std::sync::atomic::AtomicBool::new(false)).collect(),
     }
 });
@@ -60,7 +61,8 @@ pub struct Counts {
     /// The first [`KEPT_FAILURES`] failures: seconds from the run's start (see
     /// [`mark_run_started`]) and details.
     pub failures: Vec<(f64, Value)>,
-    pub first_unknown: Option<Value>,
+    /// The first [`KEPT_FAILURES`] unknowns' details.
+    pub unknowns: Vec<Value>,
 }
 
 impl Counts {
@@ -71,6 +73,10 @@ impl Counts {
     pub fn first_failure_s(&self) -> Option<f64> {
         self.failures.first().map(|(t, _)| *t)
     }
+
+    pub fn first_unknown(&self) -> Option<&Value> {
+        self.unknowns.first()
+    }
 }
 
 pub fn counts(p: Property) -> Counts {
@@ -79,7 +85,7 @@ pub fn counts(p: Property) -> Counts {
         failed: TALLY.failed[p.index()].load(Relaxed),
         unknown: TALLY.unknown[p.index()].load(Relaxed),
         failures: TALLY.failures.lock().map(|f| f[p.index()].clone()).unwrap_or_default(),
-        first_unknown: TALLY.first_unknown.lock().map(|f| f[p.index()].clone()).unwrap_or(None),
+        unknowns: TALLY.unknowns.lock().map(|f| f[p.index()].clone()).unwrap_or_default(),
     }
 }
 
@@ -224,9 +230,9 @@ pub fn unknown(p: Property, details: &Value) {
     let details = naming_stream(details);
     let details = details.as_ref();
     let n = TALLY.unknown[p.index()].fetch_add(1, Relaxed);
-    if n == 0 {
-        if let Ok(mut f) = TALLY.first_unknown.lock() {
-            f[p.index()] = Some(details.clone());
+    if n < KEPT_FAILURES as u64 {
+        if let Ok(mut f) = TALLY.unknowns.lock() {
+            f[p.index()].push(details.clone());
         }
     }
     tracing::warn!(property = p.id(), %details, "could not be judged (unknown)");

@@ -4,7 +4,9 @@
 //! most [`COLUMNS`] time buckets so the picture stays small whatever the run's length.
 
 use crate::page::esc;
-use crate::state::{Ctx, Stats};
+use crate::state::Stats;
+use crate::streams::Streams;
+use tokio_util::sync::CancellationToken;
 use properties::ranges::Ranges;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -33,25 +35,24 @@ pub struct Sample {
     pub quiet: bool,
 }
 
-/// Samples every second into `path` until the run's drivers stop: totals over the
-/// streams, the replica count and leader of the first.
-pub async fn record(ctxs: Vec<Arc<Ctx>>, started: Instant, path: std::path::PathBuf) -> anyhow::Result<()> {
+/// Samples every second into `path` until `stop`: totals over the streams (and the epochs
+/// before, when the run rotates them), the replica count and leader of the first.
+pub async fn record(streams: Arc<Streams>, stop: CancellationToken, started: Instant, path: std::path::PathBuf) -> anyhow::Result<()> {
     let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
-    let ctx = &ctxs[0];
-    let quiet = ctx.live.quiet.subscribe();
-    let total = |counter: fn(&Stats) -> u64| ctxs.iter().map(|c| counter(&c.stats)).sum::<u64>();
+    let quiet = streams.first().live.quiet.subscribe();
     loop {
         tokio::select! {
-            _ = ctx.cancel.cancelled() => break,
+            _ = stop.cancelled() => break,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-        let s = &ctx.stats;
+        let ctxs = streams.now();
+        let s = &ctxs[0].stats;
         let sample = Sample {
             t: started.elapsed().as_secs_f64(),
-            acked: total(|s| Stats::get(&s.acked)),
-            acked_seq: total(|s| Stats::get(&s.last_acked_seq)),
-            verified: total(|s| Stats::get(&s.verified)),
-            lag: total(Stats::lag),
+            acked: streams.total(|s| Stats::get(&s.acked)),
+            acked_seq: streams.total(|s| Stats::get(&s.last_acked_seq)),
+            verified: streams.total(|s| Stats::get(&s.verified)),
+            lag: ctxs.iter().map(|c| c.stats.lag()).sum(),
             replicas: Stats::get(&s.replicas),
             leader: s.leader.lock().map(|l| l.clone()).unwrap_or_default(),
             quiet: quiet.borrow().is_some_and(|until| until > Instant::now()),

@@ -203,6 +203,19 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
     check
 }
 
+/// Deletes a stream whose final verification held everywhere, within a liveness window of
+/// its own (the drivers' stop signal is given by then); a failure is logged, not judged.
+pub async fn delete_stream(ctx: &Ctx) {
+    let ctx = ctx.with_cancel(&CancellationToken::new(), true);
+    let Ok(client) = ctx.connect("retire").await else { return };
+    let api = format!("STREAM.DELETE.{}", ctx.stream);
+    let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
+    match ctx.live.attempt("delete stream", &ctx.cancel, delete).await {
+        Ok(_) => tracing::info!(stream = %ctx.stream, "verified in full and deleted"),
+        Err(e) => tracing::warn!(stream = %ctx.stream, "verified in full, but the stream could not be deleted: {e}"),
+    }
+}
+
 /// Whether STREAM.INFO says the stream does not exist (now, after a confirmed report).
 async fn stream_gone(ctx: &Ctx, client: &async_nats::Client) -> bool {
     matches!(jsapi::stream_info(client, &ctx.stream, ctx.api_timeout()).await, Err(e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND))

@@ -51,6 +51,8 @@ pub struct ClusterView {
     wipes: std::sync::atomic::AtomicU64,
     /// Who is taking a copy of the stream away right now (see [`ClusterView::taking`]).
     taker: Mutex<Taker>,
+    /// The stream this view is about now (a long run rotates to a fresh one now and then).
+    stream: Mutex<String>,
 }
 
 /// Two actors take copies of the stream away: the fault injector (a membership change wipes
@@ -89,11 +91,35 @@ impl Default for ClusterView {
             copies: Mutex::default(),
             wipes: Default::default(),
             taker: Mutex::default(),
+            stream: Mutex::default(),
         }
     }
 }
 
 impl ClusterView {
+    /// From now on the view is about `stream`, a fresh one: what it knew of the last
+    /// stream's leader, followers, copies and the operator's drops is forgotten (the meta
+    /// leader, the nodes' tags and a data-destroying fault under way are the cluster's, kept).
+    pub fn start_stream(&self, stream: &str) {
+        if let Ok(mut s) = self.stream.lock() {
+            stream.clone_into(&mut s);
+        }
+        if let Ok(mut s) = self.snapshot.lock() {
+            *s = Snapshot { meta_leader: s.meta_leader.take(), ..Snapshot::default() };
+        }
+        if let Ok(mut c) = self.copies.lock() {
+            c.1 = 0;
+        }
+        if let Ok(mut t) = self.taker.lock() {
+            t.drops.clear();
+        }
+    }
+
+    /// The stream this view is about (empty until [`ClusterView::start_stream`]).
+    pub fn stream(&self) -> String {
+        self.stream.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     /// What STREAM.INFO (from the stream leader) says now, from a look begun in wipe
     /// generation `generation` (read before the request went out).
     pub fn saw_stream(&self, info: &StreamInfoView, generation: u64) {

@@ -112,17 +112,65 @@ fn an_unexplained_failure_beside_a_known_one_keeps_the_verdict() {
 }
 
 #[test]
-fn seconds_read_the_configs_durations() {
-    assert_eq!(seconds("2m"), Some(120.0));
-    assert_eq!(seconds("1m 30s"), Some(90.0));
-    assert_eq!(seconds("500ms"), Some(0.5));
-    assert_eq!(seconds("x"), None);
-}
-
-#[test]
 fn a_node_is_named_as_a_word() {
     assert!(names_node("n1: 503 snapshot corrupt", "n1"));
     assert!(names_node("replica n1 not current", "n1"));
     assert!(!names_node("replica n10 not current", "n1"));
     assert!(!names_node("replica n1-2 not current", "n1"));
+}
+
+#[test]
+fn corrupted_copy_kept_matches_its_real_case_only() {
+    let c = case("corrupted-copy-kept");
+    for id in ["replicas-agree", "stream-state-covers-acks", "acked-message-never-lost"] {
+        assert_eq!(c.known(id), ids(&["corrupted-copy-kept"]), "{id}");
+    }
+    assert_eq!(c.judged()["verdict_without_known"], "pass");
+
+    assert!(c.with_version("2.14.6").known("replicas-agree").is_empty(), "another release");
+    let mut no_corruption = c.clone();
+    no_corruption.faults.retain(|f| f["kind"] != "corrupt");
+    for id in ["replicas-agree", "acked-message-never-lost"] {
+        assert!(no_corruption.known(id).is_empty(), "{id} without a corruption");
+    }
+    let mut same_deletes = c.clone();
+    for d in same_deletes.failures("replicas-agree") {
+        d["replica"]["num_deleted"] = d["leader"]["num_deleted"].clone();
+    }
+    assert!(same_deletes.known("replicas-agree").is_empty(), "replicas differing otherwise than by an interior hole");
+    assert!(same_deletes.known("acked-message-never-lost").is_empty(), "a loss with no hole to fit in");
+    let mut bigger = c.clone();
+    for d in bigger.failures("acked-message-never-lost") {
+        if let Some(to) = d["missing_to"].as_u64() {
+            d["missing_to"] = json!(to + 100_000);
+        }
+    }
+    assert!(bigger.known("acked-message-never-lost").is_empty(), "a loss larger than any hole");
+    let mut tail = c.clone();
+    for d in tail.failures("stream-state-covers-acks") {
+        d["last_seq"] = json!(d["last_acked_seq"].as_u64().unwrap() - 1);
+    }
+    assert!(tail.known("stream-state-covers-acks").is_empty(), "a stream ending before the last ack is no interior hole");
+}
+
+#[test]
+fn corrupt_snapshot_kept_out_matches_its_real_case_only() {
+    let c = case("corrupt-snapshot-kept-out");
+    assert_eq!(c.known("cluster-eventually-healthy"), ids(&["corrupt-snapshot-kept-out"]));
+    let r = c.judged();
+    assert_eq!(r["verdict"], "fail");
+    assert_eq!(r["unknown_unexplained"], json!([]), "the final verification's unknowns are its doing");
+    assert_eq!(r["verdict_without_known"], "pass");
+
+    assert_eq!(c.with_version("2.12.1").judged()["verdict_without_known"], "fail", "another release");
+    let mut no_corruption = c.clone();
+    no_corruption.faults.retain(|f| f["kind"] != "corrupt");
+    assert!(no_corruption.known("cluster-eventually-healthy").is_empty(), "without a corruption");
+    let mut other_error = c.clone();
+    for d in other_error.failures("cluster-eventually-healthy") {
+        d["last_error"] = json!("not healthy: http://127.0.0.1:1 (503 Service Unavailable: JetStream is not current with the meta leader)");
+    }
+    let r = other_error.judged();
+    assert_eq!(r["unexplained"], json!(["cluster-eventually-healthy"]), "unhealthy for another reason");
+    assert_eq!(r["unknown_unexplained"].as_array().unwrap().len(), 5, "and its unknowns are not excused either: {}", r["unknown_unexplained"]);
 }

@@ -25,8 +25,13 @@ pub fn on_stream<F: std::future::Future>(ctx: &Ctx, f: F) -> impl std::future::F
 }
 
 /// Cancels `ctx` and waits for every task; the first error is returned.
-pub async fn stop(ctx: &Ctx, mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
+pub async fn stop(ctx: &Ctx, tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
     ctx.cancel.cancel();
+    join(tasks).await
+}
+
+/// Waits for every task (already told to stop); the first error is returned.
+pub async fn join(mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
     let mut first = Ok(());
     while let Some(res) = tasks.join_next().await {
         let res = res.map_err(anyhow::Error::from).and_then(|r| r);

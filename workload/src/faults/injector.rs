@@ -220,7 +220,7 @@ pub struct Injector {
     /// Quiet requests (while the schedule runs): a fault that takes long to put in place
     /// (a graceful restart, a membership change) is cut short when one comes.
     quiet: Option<watch::Receiver<Option<Instant>>>,
-    /// The run's stream, whose files a corruption touches.
+    /// The stream whose files a corruption touches, when no run's view names one.
     stream: String,
     /// Snapshot copies, taken at the start of every fault period, to roll nodes back to.
     copies: SnapshotCopies,
@@ -248,7 +248,7 @@ impl Injector {
         }
     }
 
-    /// The run's stream (whose files a corruption touches).
+    /// The stream whose files a corruption touches, when the view does not name one.
     pub fn with_stream(mut self, stream: &str) -> Self {
         stream.clone_into(&mut self.stream);
         self
@@ -383,6 +383,11 @@ impl Injector {
     pub fn guarding(mut self, views: Vec<Arc<ClusterView>>) -> Self {
         self.guarded = views;
         self
+    }
+
+    /// The targeted stream: the one the view is about now (a long run rotates streams).
+    fn stream(&self) -> String {
+        Some(self.view.stream()).filter(|s| !s.is_empty()).unwrap_or_else(|| self.stream.clone())
     }
 
     /// Every stream's view: the targeted one first.
@@ -601,7 +606,8 @@ impl Injector {
         if let Err(e) = self.target.stop(i).await {
             return json!({ "error": e });
         }
-        let touched = if kind == FaultKind::Corrupt { disk::corrupt(&store, &self.stream, &mut self.rng) } else { self.copies.roll_back(&name, &store) };
+        let stream = self.stream();
+        let touched = if kind == FaultKind::Corrupt { disk::corrupt(&store, &stream, &mut self.rng) } else { self.copies.roll_back(&name, &store) };
         match touched {
             Ok(touched) => {
                 let details = json!({ "kind": kind, "node": name, "touched": touched });
@@ -628,7 +634,7 @@ impl Injector {
             }
         }
         drop(cluster);
-        let stream_dir = format!("streams/{}/", self.stream);
+        let stream_dir = format!("streams/{}/", self.stream());
         let hit = lost.values().flat_map(|l| &l.files).any(|f| f.contains(&stream_dir) || f.contains("_js_/S-"));
         let details = json!({ "nodes": nodes, "lost": lost });
         crate::sdk::check(Property::DiskFaultHitAStreamFile, hit, &details);
