@@ -67,8 +67,11 @@ pub struct Row {
     pub seed: u64,
     /// pass / fail / unknown, or "not run" when no report was written (the exit code says why).
     pub verdict: String,
+    /// Each failed property, with the known server issue that explains it: `id (known: issue)`.
     pub failed: Vec<String>,
     pub unknown: Vec<String>,
+    /// The verdict without the failures known server issues explain.
+    pub verdict_without_known: String,
     pub acked: u64,
     pub verified: u64,
     /// The deciding property that failed first, and seconds since the run's process started.
@@ -89,12 +92,18 @@ impl Row {
             .filter(|p| p["id"].as_str().is_some_and(|id| failed.iter().any(|f| f == id)))
             .filter_map(|p| Some((p["id"].as_str()?.to_string(), p["first_failure_s"].as_f64()?)))
             .min_by(|a, b| a.1.total_cmp(&b.1));
+        let known = |id: &str| -> Option<String> {
+            let p = report["properties"].as_array()?.iter().find(|p| p["id"] == id)?;
+            Some(p["known"].as_array()?.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+        };
+        let failed = failed.iter().map(|f| known(f).map_or(f.clone(), |k| format!("{f} (known: {k})"))).collect();
         Row {
             release: release.to_string(),
             seed,
             verdict: report["verdict"].as_str().unwrap_or("not run").to_string(),
             failed,
             unknown: names("unknown"),
+            verdict_without_known: report["verdict_without_known"].as_str().unwrap_or_default().to_string(),
             acked: report["counters"]["acked"].as_u64().unwrap_or(0),
             verified: report["counters"]["final_verified"].as_u64().unwrap_or(0),
             first_failure,
@@ -115,6 +124,7 @@ pub fn table(rows: &[Row]) -> String {
         let verdict = match (r.verdict.as_str(), r.exit_code) {
             ("not run", Some(c)) => format!("not run (exit {c})"),
             ("not run", None) => "not run (killed)".to_string(),
+            (v, _) if !r.verdict_without_known.is_empty() && r.verdict_without_known != v => format!("{v} ({} without known issues)", r.verdict_without_known),
             (v, _) => v.to_string(),
         };
         let first = r.first_failure.as_ref().map_or(String::new(), |(p, s)| format!("{p} at {s:.0} s"));

@@ -62,11 +62,21 @@ fn fates(m: &Value) -> Vec<String> {
 
 impl Page {
     pub fn of(report: &Value) -> Page {
-        let flags = [("Failed", "failed"), ("Could not be judged", "unknown")]
+        let mut flags: Vec<(&str, Vec<String>)> = [("Failed", "failed"), ("Could not be judged", "unknown")]
             .into_iter()
             .map(|(label, k)| (label, report[k].as_array().into_iter().flatten().map(text).collect::<Vec<_>>()))
             .filter(|(_, ids)| !ids.is_empty())
             .collect();
+        let known: Vec<String> = report["known_issues"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|k| format!("{} ({}, {}: {})", text(&k["id"]), text(&k["status"]), text(&k["write_up"]), text(&k["title"])))
+            .collect();
+        if !known.is_empty() {
+            flags.push(("Known server issues", known));
+            flags.push(("Verdict without the failures they explain", vec![text(&report["verdict_without_known"])]));
+        }
         let c = &report["counters"];
         let facts = vec![
             ("command", text(&report["command"])),
@@ -75,6 +85,11 @@ impl Page {
             ("cluster size", text(&report["cluster_size"])),
             ("elapsed", report["elapsed_s"].as_f64().map_or("null".into(), |s| format!("{s:.0} s"))),
             ("fault profile", text(&report["config"]["faults"]["profile"])),
+            ("epochs (streams rotated)", report["epochs"].as_array().map_or(String::new(), |all| {
+                let acked: Vec<String> = all.iter().map(|e| e["streams"].as_array().into_iter().flatten().map(|s| s["counters"]["acked"].as_u64().unwrap_or(0)).sum::<u64>().to_string()).collect();
+                let deleted = all.iter().filter(|e| e["deleted"] == true).count();
+                format!("{}, acked per epoch {}; {deleted} deleted after a full check held", all.len(), acked.join(", "))
+            })),
             ("streams", report["per_stream"].as_array().map_or(String::new(), |all| {
                 let slowest = all.iter().find(|s| s["stream"] == report["slowest_stream"]).map_or(Value::Null, |s| s["counters"]["acked"].clone());
                 format!("{}, the slowest {} ({} acked)", all.len(), text(&report["slowest_stream"]), text(&slowest))
@@ -93,7 +108,10 @@ impl Page {
             .map(|p| Row {
                 id: text(&p["id"]),
                 kind: text(&p["kind"]),
-                status: text(&p["status"]),
+                status: match p["known"].as_array() {
+                    Some(ids) => format!("{} (known: {})", text(&p["status"]), ids.iter().map(text).collect::<Vec<_>>().join(", ")),
+                    None => text(&p["status"]),
+                },
                 held: text(&p["held"]),
                 failed: text(&p["failed"]),
                 unknown: text(&p["unknown"]),
@@ -169,7 +187,7 @@ impl Page {
         for r in &self.rows {
             h += &format!(
                 "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>\n",
-                esc(&r.status), esc(&r.id), esc(&r.kind), esc(&r.status), esc(&r.held), esc(&r.failed), esc(&r.unknown), esc(&r.first)
+                esc(r.status.split(' ').next().unwrap_or_default()), esc(&r.id), esc(&r.kind), esc(&r.status), esc(&r.held), esc(&r.failed), esc(&r.unknown), esc(&r.first)
             );
         }
         h += "</table>\n";
