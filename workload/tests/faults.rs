@@ -396,6 +396,36 @@ fn two_streams_under_the_gentle_profile_pass_a_short_run() {
     assert!(report["faults"]["starts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>() >= 3, "{}", report["faults"]["starts"]);
 }
 
+/// A long run's streams rotate (here after 40,000 acks each, under the gentle profile): each
+/// finished epoch's stream is verified in full with faults paused and deleted, a fresh one
+/// takes its place, and the report's totals are the epochs' sums.
+#[test]
+fn streams_rotate_into_epochs_each_verified_and_deleted() {
+    let config = "[stream]\nrotate_after = \"0s\"\nrotate_messages = 40000\n";
+    let (report, log, _dir) = common::local_run(&["--duration", "90s", "--seed", "8", "--liveness-window", "30s", "--liveness-quiet", "10s"], config, &[]);
+    common::assert_passes_but_known_server_issues(&report, &log);
+    let epochs = report["epochs"].as_array().unwrap_or_else(|| panic!("no epochs: {}", common::failure_summary(&report, &log)));
+    assert!(epochs.len() >= 2, "{epochs:?}");
+    let (mut acked, mut verified) = (0, 0);
+    for (i, e) in epochs.iter().enumerate() {
+        let s = &e["streams"][0];
+        let name = s["stream"].as_str().unwrap();
+        assert_eq!(name.ends_with(&format!("_e{i}")), i > 0, "epoch {i} is stream {name}");
+        let c = &s["counters"];
+        let check = &s["final_check"];
+        assert_eq!(check["verified"], check["last_acked"], "epoch {i} read back in full: {s}");
+        acked += c["acked"].as_u64().unwrap();
+        verified += check["verified"].as_u64().unwrap();
+        if i + 1 < epochs.len() {
+            assert!(c["acked"].as_u64().unwrap() >= 40_000, "epoch {i} rotated at its size: {c}");
+            assert_eq!(e["deleted"], true, "{e}");
+            assert!(log.contains(&format!("verified in full and deleted stream={name}")), "{name} deleted");
+        }
+    }
+    assert_eq!(report["counters"]["acked"].as_u64(), Some(acked), "the totals add up");
+    assert_eq!(report["final_check"]["verified"].as_u64(), Some(verified));
+}
+
 /// The disk profile (corruption and snapshot rollbacks among kills, restarts and pauses)
 /// on a correct server: the run reaches its verdict, a corruption hit a file of the
 /// stream, and every damaged node came back.
