@@ -34,20 +34,12 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let version = findings::server_version(&args.trials.server);
-    let mut showed = 0;
-    for trial in 1..=args.trials.trials {
-        let dir = args.trials.dir.join(format!("{ID}-{version}-{trial}"));
+    let args = &args;
+    args.trials.run(ID, |dir| async move {
         let details = run_trial(&args, &dir).await?;
-        let skipped = !details["skipped"].as_array().is_some_and(Vec::is_empty);
-        showed += usize::from(skipped);
-        findings::report(ID, &version, trial, skipped, details);
-        if !skipped {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-    }
-    findings::summary(ID, &version, showed, args.trials.trials);
-    Ok(())
+        Ok((!details["skipped"].as_array().is_some_and(Vec::is_empty), details))
+    })
+    .await
 }
 
 /// When each sequence happened first (seconds since the trial started; a trial is small

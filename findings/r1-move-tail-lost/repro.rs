@@ -36,20 +36,12 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let version = findings::server_version(&args.trials.server);
-    let mut showed = 0;
-    for trial in 1..=args.trials.trials {
-        let dir = args.trials.dir.join(format!("{ID}-{version}-{trial}"));
+    let args = &args;
+    args.trials.run(ID, |dir| async move {
         let details = run_trial(&args, &dir).await?;
-        let lost = details["lost"].as_u64().unwrap_or(0) > 0;
-        showed += usize::from(lost);
-        findings::report(ID, &version, trial, lost, details);
-        if !lost {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-    }
-    findings::summary(ID, &version, showed, args.trials.trials);
-    Ok(())
+        Ok((details["lost"].as_u64().unwrap_or(0) > 0, details))
+    })
+    .await
 }
 
 fn config(tag: &str) -> Value {

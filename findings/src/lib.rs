@@ -229,12 +229,24 @@ pub struct Trials {
     pub dir: PathBuf,
 }
 
-/// One trial's result line, and the summary line after all of them: how many showed it.
-pub fn report(id: &str, version: &str, trial: usize, showed: bool, details: Value) {
-    println!("{}", json!({ "finding": id, "server": version, "trial": trial, "reproduced": showed, "details": details }));
-}
-
-pub fn summary(id: &str, version: &str, showed: usize, trials: usize) {
-    println!("{}", json!({ "finding": id, "server": version, "reproduced_in": showed, "trials": trials }));
-    eprintln!("{id} on nats-server {version}: reproduced in {showed} of {trials} trials");
+impl Trials {
+    /// Runs `trial` (given its cluster directory) `--trials` times: one JSON line per trial
+    /// (whether it showed the issue, and its details), a summary line, and on stderr how
+    /// many of how many. A trial that did not show it has its directory removed.
+    pub async fn run<F: std::future::Future<Output = anyhow::Result<(bool, Value)>>>(&self, id: &str, mut trial: impl FnMut(PathBuf) -> F) -> anyhow::Result<()> {
+        let version = server_version(&self.server);
+        let mut showed = 0;
+        for n in 1..=self.trials {
+            let dir = self.dir.join(format!("{id}-{version}-{n}"));
+            let (reproduced, details) = trial(dir.clone()).await?;
+            showed += usize::from(reproduced);
+            println!("{}", json!({ "finding": id, "server": version, "trial": n, "reproduced": reproduced, "details": details }));
+            if !reproduced {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+        println!("{}", json!({ "finding": id, "server": version, "reproduced_in": showed, "trials": self.trials }));
+        eprintln!("{id} on nats-server {version}: reproduced in {showed} of {} trials", self.trials);
+        Ok(())
+    }
 }

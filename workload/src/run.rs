@@ -64,9 +64,13 @@ pub struct Epoch {
 
 impl Epoch {
     fn facts(&self) -> Value {
-        json!({ "epoch": self.index, "started_s": self.started_s, "ended_s": self.ended_s, "deleted": self.deleted,
-                "streams": self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>() })
+        epoch_facts(self.index, self.started_s, self.ended_s, self.deleted, &self.streams)
     }
+}
+
+fn epoch_facts(index: usize, started_s: f64, ended_s: f64, deleted: bool, streams: &[StreamDone]) -> Value {
+    json!({ "epoch": index, "started_s": started_s, "ended_s": ended_s, "deleted": deleted,
+            "streams": streams.iter().map(StreamDone::facts).collect::<Vec<_>>() })
 }
 
 /// One stream's part of a finished run.
@@ -126,11 +130,9 @@ impl Finished {
                 facts["slowest_stream"] = json!(slowest(&ctxs).map(|c| &c.stream));
                 facts["per_stream"] = json!(self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>());
             } else {
-                let last = Epoch { index: self.epochs.len(), started_s: self.epochs.last().map_or(0.0, |e| e.ended_s), ended_s: self.elapsed.as_secs_f64(), streams: Vec::new(), deleted: false };
                 let mut epochs: Vec<Value> = self.epochs.iter().map(Epoch::facts).collect();
-                let mut last = last.facts();
-                last["streams"] = json!(self.streams.iter().map(StreamDone::facts).collect::<Vec<_>>());
-                epochs.push(last);
+                let since = self.epochs.last().map_or(0.0, |e| e.ended_s);
+                epochs.push(epoch_facts(self.epochs.len(), since, self.elapsed.as_secs_f64(), false, &self.streams));
                 facts["epochs"] = json!(epochs);
             }
             facts
