@@ -19,8 +19,9 @@ pub struct CatchUp<'a> {
     property: Property,
     far_behind: Option<Property>,
     target: Option<(u64, OpenWindow<'a>)>,
-    /// Consumed at the last tick.
+    /// Consumed at the last tick, and the other measure of progress then (see [`CatchUp::tick`]).
     seen: u64,
+    seen_other: u64,
     /// The consumer as created (name, the server holding it, its start sequence) and, once
     /// the reader stalled, how far that server's replica of the stream goes: a consumer
     /// placed on a replica still being copied delivers nothing until the copy gets there.
@@ -29,7 +30,7 @@ pub struct CatchUp<'a> {
 
 impl<'a> CatchUp<'a> {
     pub fn new(property: Property, far_behind: Option<Property>) -> Self {
-        Self { property, far_behind, target: None, seen: 0, consumer: json!(null) }
+        Self { property, far_behind, target: None, seen: 0, seen_other: 0, consumer: json!(null) }
     }
 
     /// Adds the consumer's server's own last sequence to what a failure reports.
@@ -44,10 +45,13 @@ impl<'a> CatchUp<'a> {
 
     /// Once a second: says whether to go on, that the reader stalled (faults now pause),
     /// or that a window ran out (reported).
-    /// `consumed`: every sequence up to it was read.
-    pub fn tick(&mut self, ctx: &'a Ctx, until: Until, consumed: u64) -> Tick {
-        let progressed = consumed > self.seen;
+    /// `consumed`: every sequence up to it was read. `other`: another measure of the
+    /// reader's work that counts as progress when it grows (the durable consumer's
+    /// confirmed acks: redelivering what the server took back moves that, not `consumed`).
+    pub fn tick(&mut self, ctx: &'a Ctx, until: Until, consumed: u64, other: u64) -> Tick {
+        let progressed = consumed > self.seen || other > self.seen_other;
         self.seen = consumed;
+        self.seen_other = other;
         if let Some((target, w)) = &self.target {
             if consumed >= *target {
                 sdk::check(self.property, true, &json!({ "target": target, "elapsed_s": w.elapsed().as_secs_f64() }));

@@ -176,10 +176,12 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                     ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
                     // What a stall's failure shows: the first sequence never delivered, the
                     // ones held back on purpose, and the consumer as last seen.
-                    catch_up.consumer = json!({ "first_not_delivered": ledger.received_floor() + 1, "left_unacknowledged": skipped.len(),
+                    catch_up.consumer = json!({ "first_not_delivered": ledger.received_floor() + 1, "confirmed_floor": ledger.confirmed_floor(), "left_unacknowledged": skipped.len(),
                                                 "lowest_left_unacknowledged": skipped.iter().min(),
                                                 "at_last_look": judge.last_look });
-                    match catch_up.tick(ctx, Until::Cancelled, ledger.received_floor()) {
+                    // Redelivering what the server took back (an unreplicated consumer's
+                    // undone acks, excused) moves the confirmed floor, not the received one.
+                    match catch_up.tick(ctx, Until::Cancelled, ledger.received_floor(), ledger.confirmed_floor()) {
                         Tick::Go => {}
                         Tick::Stalled { .. } | Tick::Expired => continue 'consumer,
                     }

@@ -76,7 +76,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => return Ok(verifier.next_seq()),
                 _ = tick.tick() => {
-                    match catch_up.tick(ctx, until, verifier.consumed()) {
+                    match catch_up.tick(ctx, until, verifier.consumed(), 0) {
                         Tick::Go => {}
                         Tick::Stalled { target } => {
                             // Faults pause now. Is the next message there at all? If the
