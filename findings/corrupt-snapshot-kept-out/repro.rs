@@ -28,6 +28,10 @@ struct Args {
     /// Seconds given to the damaged node to come back.
     #[arg(long, default_value_t = 90)]
     settle: u64,
+    /// Kill and restart the follower without touching its snapshot: the control, which
+    /// must come back healthy, so that staying out is the damage's doing.
+    #[arg(long)]
+    control: bool,
 }
 
 #[tokio::main]
@@ -99,7 +103,7 @@ async fn run_trial(args: &Args, dir: &Path) -> anyhow::Result<Value> {
         return Ok(json!({ "kept_out": false, "published": published, "problem": format!("no snapshot on {name} within {} s", args.wait) }));
     };
     cluster.kill(victim);
-    let size = flip(&snapshot)?;
+    let size = if args.control { std::fs::metadata(&snapshot)?.len() } else { flip(&snapshot)? };
     cluster.restart(victim)?;
     let came_back = cluster.wait_healthy(Duration::from_secs(args.settle)).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;

@@ -28,6 +28,10 @@ struct Args {
     /// Seconds at rest given to the cluster to repair the damaged copy.
     #[arg(long, default_value_t = 60)]
     settle: u64,
+    /// Kill and restart the follower without cutting its block: the control, which must
+    /// show no hole, so that a hole is the cut's doing and not the kill's.
+    #[arg(long)]
+    control: bool,
 }
 
 #[tokio::main]
@@ -74,7 +78,8 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     cluster.kill(victim);
     let block = cluster.nodes[victim].store.join("jetstream/APP/streams/S/msgs/1.blk");
     let size = std::fs::metadata(&block)?.len();
-    std::fs::OpenOptions::new().write(true).open(&block)?.set_len(size / 5)?;
+    let cut_to = if args.control { size } else { size / 5 };
+    std::fs::OpenOptions::new().write(true).open(&block)?.set_len(cut_to)?;
     cluster.restart(victim)?;
     let healthy = cluster.wait_healthy(Duration::from_secs(60)).await.is_ok();
 
@@ -120,7 +125,7 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
         }
     }
     Ok(json!({
-        "published": args.messages, "damaged": name, "block": { "size_before": size, "size_after": size / 5 },
+        "published": args.messages, "damaged": name, "block": { "size_before": size, "size_after": cut_to },
         "healthy_after_restart": healthy, "at_rest_after_s": args.settle, "copies": copies, "kept_damaged": kept_damaged,
         "hole": hole, "damaged_node_leading": served, "dir": dir,
     }))
