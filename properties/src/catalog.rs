@@ -239,14 +239,14 @@ mod tests {
 
     #[test]
     fn readme_lists_every_property_with_its_kind() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/properties.md");
         for p in Property::ALL {
             let kind = serde_json::to_value(p.kind()).unwrap();
             let row = readme
                 .lines()
                 .find(|l| l.starts_with('|') && l.split('|').nth(1).is_some_and(|cell| cell.trim().split(" / ").any(|id| id == p.id())))
-                .unwrap_or_else(|| panic!("README's property table lacks {}", p.id()));
-            assert!(row.contains(&format!("| {} ", kind.as_str().unwrap())), "README gives {} another kind", p.id());
+                .unwrap_or_else(|| panic!("docs/properties.md lacks {}", p.id()));
+            assert!(row.contains(&format!("| {} ", kind.as_str().unwrap())), "docs/properties.md gives {} another kind", p.id());
         }
     }
 }

@@ -68,7 +68,7 @@ enum Command {
         #[command(subcommand)]
         step: Step,
     },
-    /// Measure the workload against raw async-nats loops on a local cluster (see BENCHMARKS.md).
+    /// Measure the workload against raw async-nats loops on a local cluster (see docs/benchmarks.md).
     Bench {
         /// Seconds instead of minutes: proves the benchmark produces numbers.
         #[arg(long)]

@@ -21,7 +21,7 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// Docker Compose v2 through `scripts/compose` (the README's, as users run it).
+/// Docker Compose v2 through `scripts/compose` (the one docs/docker.md gives users).
 fn compose_command() -> Command {
     Command::new(root().join("scripts/compose"))
 }
@@ -199,7 +199,7 @@ fn local_topology_runs_until_stopped_and_reports_a_pass() {
     assert!(c["scale_requests"].as_u64().unwrap() > 0, "scaling was seen: {c}");
 }
 
-/// The README's command with the README's fault switch, ending by itself: a node container
+/// docs/docker.md's command with its fault switch, ending by itself: a node container
 /// that a fault kills or restarts must not end the run, and the command exits with the
 /// workload's code after showing its report.
 #[test]

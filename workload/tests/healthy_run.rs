@@ -5,9 +5,8 @@ mod common;
 use common::Harness;
 use std::time::Duration;
 
-/// Every property green, except the 2.15.1 server issues the shared rule names (here the one
-/// met: the durable consumer's ack-floor skip, README "A durable consumer's ack floor passing
-/// a message it never delivered", seen in CI on 2026-12-02 with no fault at all, the
+/// Every property green, except known server issues the report marks (here the one met:
+/// findings/durable-ack-floor-skip, seen in CI on 2026-12-02 with no fault at all, the
 /// consumer following its stream through R1 <-> R3); the safety properties below must pass.
 fn assert_clean(done: &common::Finished) {
     common::assert_passes_but_known_server_issues(&done.report, &format!("{}\n\nreport: {}", done.why(), done.report));
@@ -25,7 +24,7 @@ async fn pipelined_run_with_scaling_holds_every_property() {
     // Scaling only (the operations tests take every other operation), so that 40 seconds
     // go both ways across R1. Windows as long as the run: a reader whose new consumer was
     // placed on a peer still being filled stalls until it recreates it at the window's
-    // quiet point (see README, "What copying a stream costs"); on two busy cores a 20 s
+    // quiet point (see docs/operations.md, "What copying a stream costs"); on two busy cores a 20 s
     // window leaves the new one little time to deliver (a CI run failed this test's
     // verdict once, details not kept; a 20 s run here showed a 17 s reader stall).
     let cfg = h.config("scaling.toml", "[operator.weights]\nscale = 1\nmove = 0\npeer_remove = 0\npeer_evacuate = 0\nstream_stepdown = 0\nmeta_stepdown = 0\nconsumer_stepdown = 0\nconsumer_scale = 0\nconsumer_peer_remove = 0\nconsumer_peer_evacuate = 0\nserver_evacuate = 0\n");

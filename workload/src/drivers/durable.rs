@@ -314,7 +314,7 @@ impl FloorJudge {
         if v.property == Property::DurableAckNeverUndone && recent {
             let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if n < 3 {
-                tracing::warn!(details = %v.details, "an ack confirmed by an unreplicated durable consumer was undone (not a violation: see README)");
+                tracing::warn!(details = %v.details, "an ack confirmed by an unreplicated durable consumer was undone (not a violation: see docs/durable-consumer.md)");
             }
             return true;
         }

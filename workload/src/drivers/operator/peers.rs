@@ -77,7 +77,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
     sdk::check(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
     if wait {
         // A membership fault that takes another of the stream's servers out meanwhile may
-        // undo this removal (README, "An evacuation undone by a later removal"): counted.
+        // undo this removal (docs/operations.md, "An evacuation undone by a later removal"): counted.
         let superseded = std::sync::Mutex::new(None);
         let gone = |v: &properties::scale::StreamInfoView| {
             let since: Vec<String> = removed_servers(ctx).into_iter().skip(removed_before).collect();
