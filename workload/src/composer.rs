@@ -78,6 +78,9 @@ pub async fn verify(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, stop:
         if stop.is_cancelled() {
             break;
         }
+        // Read again: a driver may have retired its stream (and deleted it) since the list
+        // was read, and a stream judged from a stale record would be a false loss.
+        let r = state.record(&r.run_id).unwrap_or(r);
         let ctx = Arc::new(record_ctx(cfg, cluster, &r, started, &quiet, stop.child_token()));
         if r.retired {
             summaries.push(json!({ "stream": ctx.stream, "retired": true, "last_acked": r.last_acked }));

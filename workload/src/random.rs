@@ -75,6 +75,25 @@ impl Chooser {
         yes
     }
 
+    /// How many events pass before the next one that happens with probability `p` each
+    /// (a geometric draw): one choice per occurrence instead of one per event, for events as
+    /// frequent as deliveries, whose every draw would otherwise be an SDK call and an event.
+    /// `u64::MAX` when `p` is 0.
+    pub fn gap(&mut self, what: &str, p: f64) -> u64 {
+        let p = p.clamp(0.0, 1.0);
+        let gap = if p <= 0.0 {
+            u64::MAX
+        } else if p >= 1.0 {
+            0
+        } else {
+            // 1 - u is in (0, 1], so the logarithm is finite.
+            let u: f64 = self.gen();
+            ((1.0 - u).ln() / (1.0 - p).ln()).floor().min(u64::MAX as f64) as u64
+        };
+        self.tell(what, json!(gap));
+        gap
+    }
+
     /// A duration in `[lo, hi]`.
     pub fn between(&mut self, what: &str, lo: Duration, hi: Duration) -> Duration {
         let d = lo + hi.saturating_sub(lo).mul_f64(self.gen::<f64>());
@@ -141,5 +160,20 @@ mod tests {
             assert!((Duration::from_secs(1)..=Duration::from_secs(2)).contains(&d));
         }
         assert!(!c.chance("never", 0.0));
+        assert_eq!(c.gap("never", 0.0), u64::MAX);
+        assert_eq!(c.gap("always", 1.0), 0);
+    }
+
+    #[test]
+    fn gaps_make_the_same_rate_as_a_draw_per_event() {
+        let mut c = Source::Seeded(3).chooser(0);
+        let p = 0.001;
+        let (mut events, mut hits) = (0u64, 0u64);
+        while hits < 2_000 {
+            events += c.gap("g", p) + 1;
+            hits += 1;
+        }
+        let rate = hits as f64 / events as f64;
+        assert!((rate - p).abs() < p * 0.1, "rate {rate}");
     }
 }

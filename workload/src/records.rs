@@ -116,10 +116,10 @@ fn current(ctx: &Ctx, finished: bool) -> Record {
 /// pausing faults: other drivers go on). When every question held, the record is marked
 /// retired first (so no command looks at the stream any more) and the stream is deleted:
 /// a long timeline's verifying commands do not grow with it. Otherwise the stream stays
-/// for the eventually_ and finally_ commands.
-pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir) -> FinalCheck {
+/// for the eventually_ and finally_ commands, and so it does once `stop` came meanwhile.
+pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir, stop: &tokio_util::sync::CancellationToken) -> FinalCheck {
     let check = final_verification(ctx, true, false).await;
-    if !check.all_held() {
+    if !check.all_held() || stop.is_cancelled() {
         return check;
     }
     let retired = Record { retired: true, ..current(ctx, true) };

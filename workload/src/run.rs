@@ -285,7 +285,10 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         if let Err(e) = records::record(&first, state, true) {
             tracing::error!("cannot record the run in {}: {e:#}", state.0.display());
         }
-        let check = if first.cfg.composer.retire_verified { Some(records::check_and_retire(&first, state).await) } else { None };
+        // Only a driver that ran its course retires its stream: one stopped by a signal (as
+        // Antithesis stops every command when an eventually_ starts) leaves it to the
+        // verifying commands, instead of deleting it under them.
+        let check = if first.cfg.composer.retire_verified && !stop.is_cancelled() { Some(records::check_and_retire(&first, state, &stop).await) } else { None };
         let done = StreamDone { ctx: first, check, suspicions_at_stop: Vec::new() };
         return Ok(Finished { elapsed: started.elapsed(), streams: vec![done], epochs, quiet });
     }

@@ -66,6 +66,27 @@ async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_i
     }
 }
 
+/// Antithesis stops every running command when an eventually_ starts; a driver stopped so
+/// must leave its stream to that command, not delete it under it (the check would read a
+/// stream that vanished as acknowledged messages lost).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_driver_stopped_by_a_signal_leaves_its_stream_for_eventually() {
+    let h = Harness::start("stopped").await;
+    let mut driver = h.composer_command("driver", "driver", &["--duration", "10m", "--run-id", &h.run_id]).spawn().unwrap();
+    wait_for_record(&h, 2000);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(driver.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(driver.wait().unwrap().success());
+    let r = state(&h).record(&h.run_id).unwrap();
+    assert!(r.finished && !r.retired, "{r:?}");
+    let client = h.client().await;
+    assert!(jsapi::stream_info(&client, &h.stream, Duration::from_secs(5)).await.is_ok(), "the stream is still there");
+    let (failed, report) = h.composer("eventually", &[]);
+    assert!(failed.is_empty(), "{report}");
+    let s = &report["streams"][0];
+    assert_eq!(s["check"]["read"], "held", "{s}");
+    assert!(s["check"]["verified"].as_u64().unwrap() >= r.last_acked, "every recorded ack read back: {s}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreadable_record_is_skipped_with_an_unreachable_assertion_and_the_rest_verified() {
     let h = Harness::start("badrecord").await;

@@ -88,6 +88,9 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
     let mut leader: Option<String> = None;
     // Sequences left unacknowledged on purpose, until they come again.
     let mut skipped: Vec<u64> = Vec::new();
+    // Fresh deliveries to acknowledge before the next one left alone: one draw per skip
+    // (under Antithesis a draw is an SDK call and an event; one per delivery was ~10^5).
+    let mut until_skip = choose.gap("fresh deliveries before the next one left unacknowledged", ctx.cfg.durable.skip_ack_probability);
     let mut redeliveries = Redeliveries::default();
     // Acks the server left unanswered, with their reply subjects: each is sent again at the
     // next look. The undo check judges the server's floor against the *contiguous* confirmed
@@ -232,10 +235,14 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                     } else if let Some(i) = skipped.iter().position(|s| *s == seq) {
                         sdk::check(Property::DurableRedeliveredAfterUnacked, delivered > 1, &json!({ "seq": seq, "delivered": delivered }));
                         skipped.swap_remove(i);
-                    } else if skipped.len() < 64 && choose.chance("leave a delivery unacknowledged", ctx.cfg.durable.skip_ack_probability) {
-                        skipped.push(seq);
-                        Stats::add(&ctx.stats.durable_acks_skipped, 1);
-                        continue;
+                    } else if skipped.len() < 64 {
+                        if until_skip == 0 {
+                            until_skip = choose.gap("fresh deliveries before the next one left unacknowledged", ctx.cfg.durable.skip_ack_probability);
+                            skipped.push(seq);
+                            Stats::add(&ctx.stats.durable_acks_skipped, 1);
+                            continue;
+                        }
+                        until_skip -= 1;
                     }
                     let Some(reply) = msg.reply.clone() else { continue };
                     acks.push(tokio::spawn(double_ack(client.clone(), ctx.api_timeout(), seq, reply, false)));
