@@ -145,7 +145,7 @@ macro_rules! for_each_property {
             (QuietPeriodRequested, reachable, "liveness-quiet-period-requested",
              "a liveness window ran long enough to ask for faults to pause")
             (OperatorSteppedDownALeader, reachable, "operator-stepped-down-a-stream-leader",
-             "the operator command made a stream leader step down while its driver ran")
+             "the operator command made the leader of a stream a driver recorded step down")
             (StreamRetiredAfterFullCheck, reachable, "stream-retired-after-a-full-check",
              "a finished driver verified its whole stream, every replica agreeing, and retired it")
             (SetupCompleted, reachable, "setup-completed",

@@ -119,14 +119,20 @@ pub async fn watch_at_rest(cfg: &Config, cluster: &ClusterAddr, state: &StateDir
     Ok(summaries)
 }
 
-/// singleton_driver_: an operator acting on the streams other drivers are using, for
-/// `duration`: every few seconds it makes the leader of a running driver's stream step
-/// down, so leader changes land in the middle of pipelined publishing and reading.
+/// parallel_driver_step_down_leaders: an operator beside the drivers, for `duration`:
+/// every few seconds it makes the leader of a stream some driver recorded and did not retire
+/// step down (a running driver's, so leader changes land in the middle of pipelined
+/// publishing and reading, or a finished one's), or, with no such stream or one time in
+/// four, the meta leader (through the system account). So it acts even when it runs alone.
 pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, source: Source, duration: std::time::Duration, stop: CancellationToken) -> anyhow::Result<Value> {
     let ctx = probe_ctx(cfg, cluster, Instant::now(), &QuietRequests::new(cfg.liveness.window), stop.clone());
     let client = ctx.connect("operator").await?;
+    let system = match cfg.operator.system_account() {
+        Some(user) => crate::state::connect_as(&cluster.servers, "workload-composer-operator-system", Some(user)).await.inspect_err(|e| tracing::warn!("no system account connection: {e}")).ok(),
+        None => None,
+    };
     let mut rng = source.chooser(0x0BE);
-    let (mut asked, mut done) = (0u64, 0u64);
+    let (mut asked, mut streams_done, mut meta_done) = (0u64, 0u64, 0u64);
     let end = Instant::now() + duration;
     while Instant::now() < end && !stop.is_cancelled() {
         let pause = rng.between("operator pause", std::time::Duration::from_secs(1), std::time::Duration::from_secs(10));
@@ -134,22 +140,32 @@ pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, sou
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(pause.min(end.saturating_duration_since(Instant::now()))) => {}
         }
-        let running: Vec<String> = state.records()?.0.into_iter().filter(|r| !r.finished).map(|r| r.run_id).collect();
-        if running.is_empty() {
+        let live: Vec<String> = state.records()?.0.into_iter().filter(|r| !r.retired).map(|r| r.run_id).collect();
+        let meta = system.as_ref().filter(|_| live.is_empty() || rng.chance("meta leader instead", 0.25));
+        asked += 1;
+        if let Some(system) = meta {
+            match jsapi::request(system, "META.LEADER.STEPDOWN", &Value::Null, ctx.api_timeout()).await {
+                Ok(_) => {
+                    meta_done += 1;
+                    sdk::hold(Property::MetaLeaderSteppedDown);
+                }
+                Err(e) => tracing::info!("meta stepdown not done: {e}"),
+            }
             continue;
         }
-        let run_id = running[rng.gen_range(0..running.len())].clone();
+        if live.is_empty() {
+            continue;
+        }
+        let run_id = live[rng.gen_range(0..live.len())].clone();
         let (stream, _) = names(&run_id);
-        asked += 1;
         match jsapi::request(&client, &format!("STREAM.LEADER.STEPDOWN.{stream}"), &Value::Null, ctx.api_timeout()).await {
             Ok(_) => {
-                done += 1;
+                streams_done += 1;
                 sdk::check(Property::OperatorSteppedDownALeader, true, &json!({ "stream": stream }));
             }
             // Under faults a stepdown may find no leader or time out: nothing to judge.
             Err(e) => tracing::info!(%stream, "stepdown not done: {e}"),
         }
     }
-    Ok(json!({ "stepdowns_asked": asked, "stepdowns_done": done }))
+    Ok(json!({ "stepdowns_asked": asked, "stepdowns_done": streams_done + meta_done, "stream_stepdowns_done": streams_done, "meta_stepdowns_done": meta_done }))
 }
-

@@ -160,8 +160,9 @@ enum Step {
     Finally(ComposerArgs),
     /// anytime_*: under faults, every finished driver's stream still holds its acks.
     Anytime(ComposerArgs),
-    /// singleton_driver_*: an operator making the leaders of running drivers' streams step
-    /// down, for a random time (composer.driver_min ..= driver_max, or --duration).
+    /// parallel_driver_step_down_leaders: an operator making the leaders of the drivers'
+    /// streams, or the meta leader, step down, for a random time (composer.driver_min ..=
+    /// driver_max, or --duration).
     Operator(ComposerArgs),
 }
 

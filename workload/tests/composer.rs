@@ -118,6 +118,20 @@ async fn the_operator_steps_down_running_drivers_leaders_without_a_false_alarm()
     assert_eq!(d["verdict"], "pass", "stepdowns under pipelined publishing raise nothing on a correct server: {d}");
 }
 
+/// Run alone (no driver, nothing recorded), the operator still acts: it steps the meta
+/// leader down through the system account.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_alone_steps_down_the_meta_leader() {
+    let h = Harness::start("operator-alone").await;
+    let (failed, report) = h.composer("operator", &["--duration", "12s", "--seed", "5", "--system-account", "sys:sys"]);
+    assert!(failed.is_empty(), "{report}");
+    let ops = &report["operations"];
+    assert!(ops["meta_stepdowns_done"].as_u64().unwrap() >= 1, "{ops}");
+    assert_eq!(ops["stream_stepdowns_done"], 0, "no stream to act on: {ops}");
+    let reached = report["properties"].as_array().unwrap().iter().find(|p| p["id"] == "meta-leader-stepped-down").unwrap();
+    assert_eq!(reached["status"], "passed", "{reached}");
+}
+
 /// Driver knobs drawn from a seed are the same for the same seed; under Antithesis's source
 /// (forced with WORKLOAD_RANDOM=antithesis) every choice is an SDK event, and guided
 /// sometimes assertions carry their real values.
