@@ -127,10 +127,7 @@ pub async fn watch_at_rest(cfg: &Config, cluster: &ClusterAddr, state: &StateDir
 pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, source: Source, duration: std::time::Duration, stop: CancellationToken) -> anyhow::Result<Value> {
     let ctx = probe_ctx(cfg, cluster, Instant::now(), &QuietRequests::new(cfg.liveness.window), stop.clone());
     let client = ctx.connect("operator").await?;
-    let system = match cfg.operator.system_account() {
-        Some(user) => crate::state::connect_as(&cluster.servers, "workload-composer-operator-system", Some(user)).await.inspect_err(|e| tracing::warn!("no system account connection: {e}")).ok(),
-        None => None,
-    };
+    let system = crate::drivers::operator::system_client(&ctx).await;
     let mut rng = source.chooser(0x0BE);
     let (mut asked, mut streams_done, mut meta_done) = (0u64, 0u64, 0u64);
     let end = Instant::now() + duration;

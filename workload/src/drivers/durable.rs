@@ -90,7 +90,8 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
     let mut skipped: Vec<u64> = Vec::new();
     // Fresh deliveries to acknowledge before the next one left alone: one draw per skip
     // (under Antithesis a draw is an SDK call and an event; one per delivery was ~10^5).
-    let mut until_skip = choose.gap("fresh deliveries before the next one left unacknowledged", ctx.cfg.durable.skip_ack_probability);
+    let skip_gap = |choose: &mut Chooser| choose.gap("fresh deliveries before the next one left unacknowledged", ctx.cfg.durable.skip_ack_probability);
+    let mut until_skip = skip_gap(choose);
     let mut redeliveries = Redeliveries::default();
     // Acks the server left unanswered, with their reply subjects: each is sent again at the
     // next look. The undo check judges the server's floor against the *contiguous* confirmed
@@ -237,7 +238,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         skipped.swap_remove(i);
                     } else if skipped.len() < 64 {
                         if until_skip == 0 {
-                            until_skip = choose.gap("fresh deliveries before the next one left unacknowledged", ctx.cfg.durable.skip_ack_probability);
+                            until_skip = skip_gap(choose);
                             skipped.push(seq);
                             Stats::add(&ctx.stats.durable_acks_skipped, 1);
                             continue;

@@ -200,7 +200,7 @@ async fn server_version(ctx: &Ctx, client: &async_nats::Client) -> String {
 }
 
 /// A connection to the system account, when the configuration names one.
-async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
+pub(crate) async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
     let user = ctx.cfg.operator.system_account()?;
     let name = format!("workload-{}-operator-system", ctx.run.run_id);
     let connect = crate::state::connect_as(&ctx.cluster.servers, &name, Some(user));
