@@ -87,9 +87,12 @@ impl Page {
             ("fault profile", text(&report["config"]["faults"]["profile"])),
             ("epochs (streams rotated)", report["epochs"].as_array().map_or(String::new(), |all| {
                 let acked: Vec<String> = all.iter().map(|e| e["streams"].as_array().into_iter().flatten().map(|s| s["counters"]["acked"].as_u64().unwrap_or(0)).sum::<u64>().to_string()).collect();
-                let deleted = all.iter().filter(|e| e["deleted"] == true).count();
-                format!("{}, acked per epoch {}; {deleted} deleted after a full check held", all.len(), acked.join(", "))
+                let held = all.iter().filter(|e| e["held"] == true).count();
+                let saved: Vec<String> = all.iter().filter_map(|e| e["state_saved_in"].as_str().map(str::to_string)).collect();
+                let saved = if saved.is_empty() { String::new() } else { format!("; the nodes' state after a failed one in {}", saved.join(", ")) };
+                format!("{}, acked per epoch {}; {held} held every check{saved}", all.len(), acked.join(", "))
             })),
+            ("ended early", text(&report["ended_early"])),
             ("streams", report["per_stream"].as_array().map_or(String::new(), |all| {
                 let slowest = all.iter().find(|s| s["stream"] == report["slowest_stream"]).map_or(Value::Null, |s| s["counters"]["acked"].clone());
                 format!("{}, the slowest {} ({} acked)", all.len(), text(&report["slowest_stream"]), text(&slowest))

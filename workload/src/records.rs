@@ -128,7 +128,7 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir, stop: &tokio_uti
         return check;
     }
     sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": ctx.stream, "verified": check.verified }));
-    crate::verify::delete_stream(ctx).await;
+    crate::verify::delete_stream(ctx, true).await;
     check
 }
 

@@ -49,27 +49,40 @@ pub struct Finished {
     pub elapsed: Duration,
     /// Quiet periods while the drivers ran: granted, refused, the time faults were allowed.
     pub quiet: Value,
+    /// Why the run stopped before its duration: the cluster did not become healthy again
+    /// for the next epoch's streams (`cluster-eventually-healthy` says so too).
+    pub ended_early: Option<String>,
 }
 
 /// One finished epoch of a run that rotates its streams: its streams, each verified in
-/// full with faults paused, and deleted when every check held.
+/// full with faults paused, then deleted. When a check failed, the nodes' state is saved
+/// first: a failed stream kept in the cluster would keep its `/healthz` failing, and every
+/// later epoch would then wait in vain for a healthy cluster.
 pub struct Epoch {
     pub index: usize,
     pub started_s: f64,
     pub ended_s: f64,
     pub streams: Vec<StreamDone>,
-    /// The streams were deleted (every check held), else kept for a post-mortem.
+    /// Every check of every stream held.
+    pub held: bool,
+    /// Every stream was deleted.
     pub deleted: bool,
+    /// Where the nodes' state was saved (a check failed).
+    pub state_saved_in: Option<std::path::PathBuf>,
 }
 
 impl Epoch {
     fn facts(&self) -> Value {
-        epoch_facts(self.index, self.started_s, self.ended_s, self.deleted, &self.streams)
+        let mut facts = epoch_facts(self.index, self.started_s, self.ended_s, &self.streams);
+        facts["held"] = json!(self.held);
+        facts["deleted"] = json!(self.deleted);
+        facts["state_saved_in"] = json!(self.state_saved_in);
+        facts
     }
 }
 
-fn epoch_facts(index: usize, started_s: f64, ended_s: f64, deleted: bool, streams: &[StreamDone]) -> Value {
-    json!({ "epoch": index, "started_s": started_s, "ended_s": ended_s, "deleted": deleted,
+fn epoch_facts(index: usize, started_s: f64, ended_s: f64, streams: &[StreamDone]) -> Value {
+    json!({ "epoch": index, "started_s": started_s, "ended_s": ended_s,
             "streams": streams.iter().map(StreamDone::facts).collect::<Vec<_>>() })
 }
 
@@ -132,7 +145,10 @@ impl Finished {
             } else {
                 let mut epochs: Vec<Value> = self.epochs.iter().map(Epoch::facts).collect();
                 let since = self.epochs.last().map_or(0.0, |e| e.ended_s);
-                epochs.push(epoch_facts(self.epochs.len(), since, self.elapsed.as_secs_f64(), false, &self.streams));
+                let mut last = epoch_facts(self.epochs.len(), since, self.elapsed.as_secs_f64(), &self.streams);
+                last["held"] = json!(self.streams.iter().all(|s| s.check.as_ref().is_some_and(FinalCheck::all_held)));
+                last["deleted"] = json!(false);
+                epochs.push(last);
                 facts["epochs"] = json!(epochs);
             }
             facts
@@ -143,6 +159,7 @@ impl Finished {
         facts["operations"] = first.ops.to_json();
         facts["quiet_requests"] = json!(first.live.quiet.count());
         facts["quiet"] = self.quiet.clone();
+        facts["ended_early"] = json!(self.ended_early);
         facts
     }
 }
@@ -183,6 +200,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         ops.log_to(dir.join("operations.jsonl"), started);
     }
     let views: Vec<Arc<ClusterView>> = (0..n).map(|_| Arc::default()).collect();
+    let out_dir = spec.timeline.as_ref().and_then(|t| t.parent()).map(std::path::Path::to_path_buf);
     let epoch_ctxs = |epoch: usize, cancel: &CancellationToken| -> Vec<Arc<Ctx>> {
         (0..n)
             .map(|i| {
@@ -214,7 +232,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         // Not one of the drivers: it goes on through the final verification.
         tokio::spawn(crate::metrics::export(streams.clone()));
     }
-    if let Err(e) = setup(&ctxs, composer.is_none()).await {
+    if let Err(e) = setup(&ctxs, if composer.is_none() { Setup::FirstContact } else { Setup::Composer }).await {
         run_stop.cancel();
         let _ = drivers::join(tasks).await;
         return Err(e);
@@ -231,6 +249,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     let rotation = if composer.is_some() { Rotation::default() } else { Rotation::of(&spec.cfg) };
     let mut epochs: Vec<Epoch> = Vec::new();
     let mut epoch_started = started;
+    let mut ended_early = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(end) => {
@@ -249,21 +268,37 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         tracing::info!(epoch = index, "rotating: stopping this epoch's drivers to verify its streams");
         let _ = drivers::stop(&ctxs[0], drivers).await;
         let done = verify_all(ctxs.clone()).await;
-        let deleted = done.iter().all(|d| d.check.as_ref().is_some_and(FinalCheck::all_held));
-        if deleted {
-            for d in &done {
-                verify::delete_stream(&d.ctx).await;
+        let held = done.iter().all(|d| d.check.as_ref().is_some_and(FinalCheck::all_held));
+        let mut state_saved_in = None;
+        if !held {
+            tracing::warn!(epoch = index, "not every check held: the nodes' state is saved, then the epoch's streams are deleted");
+            if let Some(dir) = &out_dir {
+                state_saved_in = verify::save_node_state(&ctxs[0].cluster.monitor_urls, &dir.join(format!("epoch-{index}-state"))).await;
             }
-        } else {
-            tracing::warn!(epoch = index, "not every check held: the epoch's streams are kept");
+        }
+        let mut deleted = true;
+        for d in &done {
+            deleted &= verify::delete_stream(&d.ctx, held).await;
         }
         let ended_s = started.elapsed().as_secs_f64();
-        epochs.push(Epoch { index, started_s: epoch_started.duration_since(started).as_secs_f64(), ended_s, streams: done, deleted });
+        epochs.push(Epoch { index, started_s: epoch_started.duration_since(started).as_secs_f64(), ended_s, streams: done, held, deleted, state_saved_in });
         epoch_started = Instant::now();
         ctxs = epoch_ctxs(index + 1, &run_stop.child_token());
         streams.rotate(ctxs.clone());
-        if setup(&ctxs, false).await.is_err() {
-            // Stopped before the next epoch's streams existed: nothing of it to verify.
+        // The next epoch's setup waits at most one liveness window for a healthy cluster
+        // (then cluster-eventually-healthy fails and the run ends early), and never past
+        // the run's end.
+        let next = tokio::select! {
+            r = setup(&ctxs, Setup::NextEpoch) => r.map_err(|_| "the cluster did not become healthy, or the next epoch's streams could not be created, within a liveness window".to_string()),
+            _ = tokio::time::sleep_until(end) => Err("the duration ended during the next epoch's setup".to_string()),
+            _ = stop.cancelled() => Err("stop requested during the next epoch's setup".to_string()),
+        };
+        if let Err(why) = next {
+            // Nothing of the next epoch to verify.
+            if !stop.is_cancelled() && tokio::time::Instant::now() < end {
+                tracing::warn!(epoch = index + 1, "{why}: the run ends early");
+                ended_early = Some(why);
+            }
             drivers = tokio::task::JoinSet::new();
             ctxs.clear();
             break;
@@ -290,14 +325,14 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         // verifying commands, instead of deleting it under them.
         let check = if first.cfg.composer.retire_verified && !stop.is_cancelled() { Some(records::check_and_retire(&first, state, &stop).await) } else { None };
         let done = StreamDone { ctx: first, check, suspicions_at_stop: Vec::new() };
-        return Ok(Finished { elapsed: started.elapsed(), streams: vec![done], epochs, quiet });
+        return Ok(Finished { elapsed: started.elapsed(), streams: vec![done], epochs, quiet, ended_early });
     }
     let mut streams = verify_all(ctxs).await;
     if streams.is_empty() {
         // The run stopped during a rotation: the last finished epoch is the end of it.
         streams = epochs.pop().map(|e| e.streams).unwrap_or_default();
     }
-    Ok(Finished { elapsed: started.elapsed(), streams, epochs, quiet })
+    Ok(Finished { elapsed: started.elapsed(), streams, epochs, quiet, ended_early })
 }
 
 /// When a run rotates its streams ([`crate::config::StreamConfig::rotate_after`]).
@@ -366,12 +401,25 @@ async fn verify_all(ctxs: Vec<Arc<Ctx>>) -> Vec<StreamDone> {
     .await
 }
 
-/// The cluster reached and ready, and the run's streams created. For `workload run` and
-/// `local` this is first contact: failing is "could not be carried out". A composer driver
-/// starts under faults against a cluster the entrypoint already found ready, so failing
-/// there is `cluster-eventually-healthy` failing (reported), then `Stopped`.
-async fn setup(ctxs: &[Arc<Ctx>], first: bool) -> Result<(), NotRun> {
-    let ctx = &ctxs[0];
+/// Which setup: what failing to reach a healthy cluster means there.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setup {
+    /// `workload run` and `local`: failing is "could not be carried out".
+    FirstContact,
+    /// A composer driver starts under faults against a cluster the entrypoint already found
+    /// ready: `cluster-eventually-healthy` fails for each window that runs out (reported),
+    /// and it goes on trying until stopped.
+    Composer,
+    /// The streams of a run's next epoch: `cluster-eventually-healthy` fails once when one
+    /// window runs out, and the run ends early.
+    NextEpoch,
+}
+
+/// The cluster reached and ready, and the run's streams created.
+async fn setup(ctxs: &[Arc<Ctx>], kind: Setup) -> Result<(), NotRun> {
+    let first = kind == Setup::FirstContact;
+    let once = |c: &Arc<Ctx>| Arc::new(c.with_cancel(&c.cancel, kind == Setup::NextEpoch));
+    let ctx = &once(&ctxs[0]);
     let client = if first {
         first_contact(ctx).await.map_err(NotRun::Setup)?
     } else {
@@ -381,7 +429,7 @@ async fn setup(ctxs: &[Arc<Ctx>], first: bool) -> Result<(), NotRun> {
         ctx.connect("setup").await.map_err(|_| NotRun::Stopped)?
     };
     let replicas = ctx.cfg.stream.initial_replicas.min(ctx.cluster.size).max(1);
-    for ctx in ctxs {
+    for ctx in ctxs.iter().map(once) {
         let config = jsapi::stream_config(&ctx.stream, &ctx.subject, replicas, ctx.cfg.stream.duplicate_window);
         let create = || jsapi::create_stream(&client, &config, ctx.api_timeout());
         if first {

@@ -203,17 +203,48 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
     check
 }
 
-/// Deletes a stream whose final verification held everywhere, within a liveness window of
-/// its own (the drivers' stop signal is given by then); a failure is logged, not judged.
-pub async fn delete_stream(ctx: &Ctx) {
+/// Deletes a finished stream within a liveness window of its own (the drivers' stop
+/// signal is given by then); `held` says whether its final verification held everywhere
+/// (the log says so). A failure is logged, not judged; returns whether it was deleted.
+pub async fn delete_stream(ctx: &Ctx, held: bool) -> bool {
     let ctx = ctx.with_cancel(&CancellationToken::new(), true);
-    let Ok(client) = ctx.connect("retire").await else { return };
+    let Ok(client) = ctx.connect("retire").await else { return false };
     let api = format!("STREAM.DELETE.{}", ctx.stream);
     let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
     match ctx.live.attempt("delete stream", &ctx.cancel, delete).await {
-        Ok(_) => tracing::info!(stream = %ctx.stream, "verified in full and deleted"),
-        Err(e) => tracing::warn!(stream = %ctx.stream, "verified in full, but the stream could not be deleted: {e}"),
+        Ok(_) if held => tracing::info!(stream = %ctx.stream, "verified in full and deleted"),
+        Ok(_) => tracing::warn!(stream = %ctx.stream, "a check failed: the nodes' state was saved and the stream deleted"),
+        Err(e) => {
+            tracing::warn!(stream = %ctx.stream, "finished, but the stream could not be deleted: {e}");
+            return false;
+        }
     }
+    true
+}
+
+/// Every node's view of JetStream (`/jsz` with streams, consumers and Raft groups) and its
+/// `/healthz`, saved in `dir` as `node-<i>.json` for a post-mortem; returns `dir` when
+/// anything was saved. A node that does not answer is saved with its error.
+pub async fn save_node_state(monitor_urls: &[String], dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    if monitor_urls.is_empty() || std::fs::create_dir_all(dir).is_err() {
+        return None;
+    }
+    let http = http_client();
+    for (i, url) in monitor_urls.iter().enumerate() {
+        let get = |path: &str| {
+            let http = http.clone();
+            let url = format!("{url}{path}");
+            async move { crate::cluster::get_json(&http, &url).await.unwrap_or_else(|e| json!({ "error": e })) }
+        };
+        let jsz = get("/jsz?accounts=true&streams=true&consumers=true&config=true&raft=true").await;
+        let healthz = get("/healthz").await;
+        let state = json!({ "url": url, "jsz": jsz, "healthz": healthz });
+        if let Err(e) = std::fs::write(dir.join(format!("node-{}.json", i + 1)), serde_json::to_vec_pretty(&state).unwrap_or_default()) {
+            tracing::warn!("cannot save the nodes' state in {}: {e}", dir.display());
+            return None;
+        }
+    }
+    Some(dir.to_path_buf())
 }
 
 /// Whether STREAM.INFO says the stream does not exist (now, after a confirmed report).

@@ -377,3 +377,56 @@ async fn a_flipped_byte_losing_the_acked_tail_fails_acked_message_never_lost() {
     assert_eq!(report["verdict"], "fail");
     assert_eq!(report["streams"][0]["check"]["read"], "failed", "{report}");
 }
+
+/// A run that rotates its streams: a message deleted from the first epoch's stream fails
+/// that epoch (acked-message-never-lost); the nodes' state is saved before its stream is
+/// deleted anyway, so the next epoch starts on a healthy cluster and is judged on its own
+/// (read back whole). Keeping the failed stream would keep `/healthz` failing for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_epoch_is_saved_and_deleted_and_the_next_one_is_judged_on_its_own() {
+    let h = Harness::start("epochs").await;
+    let config = h.config("rotate.toml", "[stream]\nrotate_after = \"0s\"\nrotate_messages = 10000\n");
+    let child = h.spawn("40s", &["--config", &config]);
+    let client = h.client().await;
+    h.wait_for_messages(&client, 2000).await;
+    api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": 1000 })).await;
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("acked-message-never-lost", &["stream-state-covers-acks"]);
+    let epochs = done.report["epochs"].as_array().unwrap_or_else(|| panic!("no epochs: {}", done.why()));
+    assert!(epochs.len() >= 2, "{epochs:?}");
+    let first = &epochs[0];
+    assert_eq!((first["held"].as_bool(), first["deleted"].as_bool()), (Some(false), Some(true)), "{first}");
+    assert_eq!(first["streams"][0]["messages"]["lost_ranges"], json!([[1000, 1000]]), "{first}");
+    let saved = std::path::PathBuf::from(first["state_saved_in"].as_str().unwrap_or_else(|| panic!("no state saved: {first}")));
+    assert_eq!(saved, done.out.join("epoch-0-state"));
+    for i in 1..=3 {
+        let node: serde_json::Value = serde_json::from_slice(&std::fs::read(saved.join(format!("node-{i}.json"))).unwrap()).unwrap();
+        assert!(node["jsz"]["meta_cluster"].is_object() && node["healthz"].is_object(), "node {i}: {node}");
+    }
+    let log = std::fs::read_to_string(h.dir.path().join("workload.log")).unwrap();
+    assert!(log.contains(&format!("the nodes' state was saved and the stream deleted stream={}", h.stream)), "the failed stream was deleted");
+    let second = &epochs[1];
+    assert_eq!(second["streams"][0]["stream"], format!("{}_e1", h.stream), "{second}");
+    assert_eq!(second["streams"][0]["final_check"]["read"], "held", "the next epoch is read back whole: {second}");
+    assert!(done.report["ended_early"].is_null(), "{}", done.report["ended_early"]);
+}
+
+/// A node that stays down across an epoch's end: the next epoch's setup waits one liveness
+/// window for a healthy cluster, fails cluster-eventually-healthy, and the run ends early
+/// (saying why) instead of waiting past its duration.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_that_does_not_heal_after_an_epoch_ends_the_run_early() {
+    let mut h = Harness::start("unhealed").await;
+    let config = h.config("rotate.toml", "[stream]\nrotate_after = \"0s\"\nrotate_messages = 3000\n");
+    let child = h.spawn("150s", &["--config", &config, "--operator", "false"]);
+    let client = h.client().await;
+    h.wait_for_messages(&client, 1000).await;
+    h.cluster.nodes[2].kill();
+    let done = h.finish(child, LIMIT);
+    let why = done.report["ended_early"].as_str().unwrap_or_else(|| panic!("not ended early: {}", done.why()));
+    assert!(why.contains("healthy"), "{why}");
+    assert!(done.failed().contains("cluster-eventually-healthy"), "{}", done.why());
+    assert!(done.report["elapsed_s"].as_f64().unwrap() < 140.0, "ended before its duration: {}", done.report["elapsed_s"]);
+    // The last finished epoch (here the first) is the end of the run.
+    assert_eq!(done.report["stream"], h.stream.as_str(), "{}", done.why());
+}
