@@ -360,6 +360,9 @@ fn main() -> ExitCode {
         eprintln!("cannot create {}: {e}", out.display());
         return ExitCode::from(EXIT_INFRA);
     }
+    if let (Command::Composer { step }, None) = (&cli.command, &common.out) {
+        workload::records::prune_oldest(&step.args().state.join("runs"), workload::records::KEEP_RUNS);
+    }
     let sdk_out = out.join("sdk.jsonl");
     if std::env::var_os("ANTITHESIS_SDK_LOCAL_OUTPUT").is_none() {
         let _ = std::fs::remove_file(&sdk_out); // this run's output only
@@ -646,7 +649,9 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 draw_knobs(&mut cfg, &knobs, cluster_size, &source);
                 facts["config"] = json!(cfg);
             }
-            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state), timeline: Some(out.join("timeline.jsonl")) };
+            // A composer driver writes report.json alone: one per command on a shared volume.
+            let timeline = (!is_driver).then(|| out.join("timeline.jsonl"));
+            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state), timeline };
             tracing::info!(seed, run_id, ?duration, "run starting");
             let finished = match run::run(spec, stop).await {
                 Ok(f) => f,
@@ -670,7 +675,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     if facts["server_version"].is_null() {
         facts["server_version"] = json!(workload::jsapi::SERVER_VERSION.get());
     }
-    let (verdict, without_known) = finish_report(facts, &out)?;
+    let (verdict, without_known) = finish_report(facts, &out, !composer_step)?;
     let verdict = if allow_known { without_known } else { verdict };
     Ok(match verdict.as_str() {
         // A Test Composer command reports through assertions, not its exit code.
@@ -688,14 +693,18 @@ fn url_host(url: &str) -> String {
     host_port.split(':').next().unwrap_or(host_port).to_string()
 }
 
-/// Writes and prints the report; returns its verdict and the verdict without the failures
-/// known server issues explain.
-fn finish_report(facts: serde_json::Value, out: &std::path::Path) -> anyhow::Result<(String, String)> {
+/// Writes and prints the report (report.json; with `pages`, report.md, timeline.svg and
+/// report.html too); returns its verdict and the verdict without the failures known server
+/// issues explain. A composer command writes report.json alone (`workload report DIR`
+/// renders the rest on demand): thousands run in one Antithesis timeline.
+fn finish_report(facts: serde_json::Value, out: &std::path::Path, pages: bool) -> anyhow::Result<(String, String)> {
     let mut report = report::build(facts);
     report::mark_known(&mut report, out);
     let path = out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    workload::page::write(out, &report)?;
+    if pages {
+        workload::page::write(out, &report)?;
+    }
     report::print(&report);
     println!("report: {}", path.display());
     let verdict = |key: &str| report[key].as_str().unwrap_or("fail").to_string();

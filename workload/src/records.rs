@@ -146,9 +146,52 @@ pub async fn record_while_running(ctx: Arc<Ctx>, state: StateDir) -> anyhow::Res
     }
 }
 
+/// How many composer command outputs `runs/` keeps: a long Antithesis timeline runs
+/// thousands of commands, each writing a directory of its own on the shared volume.
+pub const KEEP_RUNS: usize = 200;
+
+/// Deletes the oldest command outputs in `runs` (named `<command>-<unix ms>-<pid>`) beyond
+/// the newest `keep`, sparing the entrypoint's (it runs for the whole timeline) and any
+/// touched in the last ten minutes (a command still running). Returns how many went.
+pub fn prune_oldest(runs: &std::path::Path, keep: usize) -> usize {
+    let Ok(entries) = std::fs::read_dir(runs) else { return 0 };
+    let mut dirs: Vec<(u128, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let millis = name.rsplitn(3, '-').nth(1)?.parse().ok()?;
+            (!name.starts_with("entrypoint-")).then(|| (millis, e.path()))
+        })
+        .collect();
+    dirs.sort();
+    let recent = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age < Duration::from_secs(600)));
+    let excess = dirs.len().saturating_sub(keep);
+    dirs.into_iter().take(excess).filter(|(_, p)| !recent(p) && std::fs::remove_dir_all(p).is_ok()).count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_oldest_finished_command_outputs_beyond_the_newest_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for (name, aged) in [("driver-1000-7", true), ("entrypoint-900-1", true), ("anytime-2000-8", true), ("operator-1500-9", false), ("eventually-3000-3", true), ("notes", true)] {
+            let p = dir.path().join(name);
+            std::fs::create_dir(&p).unwrap();
+            if aged {
+                std::fs::File::open(&p).unwrap().set_modified(old).unwrap();
+            }
+        }
+        // Four numbered outputs besides the entrypoint's; keep 2: of the two oldest,
+        // driver-1000 goes and operator-1500 (touched just now, maybe running) stays.
+        assert_eq!(prune_oldest(dir.path(), 2), 1);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+        left.sort();
+        assert_eq!(left, ["anytime-2000-8", "entrypoint-900-1", "eventually-3000-3", "notes", "operator-1500-9"]);
+        assert_eq!(prune_oldest(&dir.path().join("absent"), 2), 0);
+    }
 
     #[test]
     fn records_round_trip_and_refuse_garbage() {

@@ -52,6 +52,9 @@ async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_i
     let (failed, driver) = h.composer("driver", &["--duration", "5s", "--run-id", &h.run_id]);
     assert!(failed.is_empty(), "{driver}");
     assert_eq!(driver["final_check"]["read"], "held", "the driver read its whole stream back: {driver}");
+    // One command's output is report.json alone (thousands run in a timeline).
+    let files: std::collections::BTreeSet<String> = std::fs::read_dir(h.dir.path().join("driver")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    assert!(files.contains("report.json") && !files.iter().any(|f| f.starts_with("report.") && f != "report.json" || f.starts_with("timeline")), "{files:?}");
     let retired = driver["properties"].as_array().unwrap().iter().find(|p| p["id"] == "stream-retired-after-a-full-check").unwrap();
     assert_eq!(retired["status"], "passed", "{retired}");
     assert!(state(&h).record(&h.run_id).unwrap().retired);
