@@ -147,7 +147,9 @@ macro_rules! for_each_property {
             (OperatorSteppedDownALeader, reachable, "operator-stepped-down-a-stream-leader",
              "the operator command made the leader of a stream a driver recorded step down")
             (StreamRetiredAfterFullCheck, reachable, "stream-retired-after-a-full-check",
-             "a finished driver verified its whole stream, every replica agreeing, and retired it")
+             "a stream verified in full by its driver, every replica agreeing, was retired once newer verified streams pushed it out")
+            (AnytimeJudgedAFinishedStream, sometimes, "anytime-judged-a-finished-stream",
+             "anytime_ judged a finished driver's stream under faults (it was whole or a bad state was confirmed)")
             (SetupCompleted, reachable, "setup-completed",
              "the cluster was reachable and healthy before the drivers started")
             // Must never happen.

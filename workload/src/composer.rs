@@ -110,12 +110,15 @@ pub async fn watch_at_rest(cfg: &Config, cluster: &ClusterAddr, state: &StateDir
     // Connects in the background: an unreachable cluster makes each stream's look unknown.
     let client = probe.connect("anytime").await?;
     let mut summaries = Vec::new();
+    let mut judged = 0;
     for r in records {
         let ctx = record_ctx(cfg, cluster, &r, started, &quiet, stop.child_token());
         let wanted = || state.record(&r.run_id).is_none_or(|now| !now.retired);
         let outcome = judge_stream(&ctx, &client, r.last_acked, &stop, &wanted).await;
+        judged += usize::from(outcome.is_some_and(|o| o != properties::Outcome::Unknown));
         summaries.push(json!({ "stream": ctx.stream, "last_acked": r.last_acked, "stream_state": outcome.map_or(json!("retired"), |o| json!(o)) }));
     }
+    sdk::check(Property::AnytimeJudgedAFinishedStream, judged > 0, &json!({ "finished_streams": summaries.len(), "judged": judged }));
     Ok(summaries)
 }
 

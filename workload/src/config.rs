@@ -466,9 +466,13 @@ pub struct ComposerConfig {
     /// A driver draws the replica count it creates its stream with from these; empty
     /// means 1 ..= min(3, cluster size).
     pub initial_replicas: Vec<usize>,
-    /// A finished driver verifies its whole stream and, when everything held, deletes it
-    /// (the record stays): the verifying commands' work does not grow with the timeline.
+    /// A finished driver verifies its whole stream and, when everything held, retires the
+    /// verified streams beyond the newest `keep_verified` (deletes them; the records stay):
+    /// the verifying commands' work does not grow with the timeline.
     pub retire_verified: bool,
+    /// How many fully verified streams stay in the cluster, newest first, for anytime_,
+    /// eventually_ and finally_ to judge again after later faults.
+    pub keep_verified: usize,
 }
 
 impl Default for ComposerConfig {
@@ -480,6 +484,7 @@ impl Default for ComposerConfig {
             in_flight: vec![1, 16, 64, 256],
             initial_replicas: Vec::new(),
             retire_verified: true,
+            keep_verified: 2,
         }
     }
 }

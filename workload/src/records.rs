@@ -28,8 +28,12 @@ pub struct Record {
     /// Suspicions still open when the driver stopped: the verifying commands answer them.
     #[serde(default)]
     pub open_suspicions: Vec<Suspect>,
-    /// The driver verified its finished stream in full, then deleted it: nothing is left to
-    /// look at (the record stays, for the report).
+    /// The driver verified its finished stream in full (every check held) at this time
+    /// (Unix ms); the stream stays until newer verified ones push it out.
+    #[serde(default)]
+    pub verified_at_ms: Option<u64>,
+    /// The stream was verified in full and then deleted: nothing is left to look at (the
+    /// record stays, for the report).
     #[serde(default)]
     pub retired: bool,
 }
@@ -108,27 +112,57 @@ fn current(ctx: &Ctx, finished: bool) -> Record {
         replicas: Stats::get(&ctx.stats.replicas),
         finished,
         open_suspicions: ctx.suspicions.open_now(),
+        verified_at_ms: None,
         retired: false,
     }
 }
 
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The verified, unretired records beyond the newest `keep` (by verification time): the
+/// streams to retire.
+pub fn beyond_kept(records: &[Record], keep: usize) -> Vec<&Record> {
+    let mut verified: Vec<&Record> = records.iter().filter(|r| !r.retired && r.verified_at_ms.is_some()).collect();
+    verified.sort_by_key(|r| std::cmp::Reverse(r.verified_at_ms));
+    verified.into_iter().skip(keep).collect()
+}
+
 /// A finished driver's own last word on its stream: the full final verification (without
-/// pausing faults: other drivers go on). When every question held, the record is marked
-/// retired first (so no command looks at the stream any more) and the stream is deleted:
-/// a long timeline's verifying commands do not grow with it. Otherwise the stream stays
-/// for the eventually_ and finally_ commands, and so it does once `stop` came meanwhile.
+/// pausing faults: other drivers go on). When every question held, the record says so, and
+/// the verified streams beyond the newest `composer.keep_verified` are retired: each record
+/// is marked retired first (so no command looks at the stream any more), then the stream
+/// is deleted. The kept ones are judged again by anytime_, eventually_ and finally_ after
+/// later faults; the retired ones keep a long timeline's verifying commands from growing
+/// with it. A failed check leaves the stream for those commands, and so does a `stop` that
+/// came meanwhile.
 pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir, stop: &tokio_util::sync::CancellationToken) -> FinalCheck {
     let check = final_verification(ctx, true, false).await;
     if !check.all_held() || stop.is_cancelled() {
         return check;
     }
-    let retired = Record { retired: true, ..current(ctx, true) };
-    if let Err(e) = state.write(&retired) {
-        tracing::warn!("cannot mark {} retired: {e:#}", ctx.stream);
+    if let Err(e) = state.write(&Record { verified_at_ms: Some(unix_ms()), ..current(ctx, true) }) {
+        tracing::warn!("cannot record {} verified: {e:#}", ctx.stream);
         return check;
     }
-    sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": ctx.stream, "verified": check.verified }));
-    crate::verify::delete_stream(ctx, true).await;
+    let records = match state.records() {
+        Ok((records, _)) => records,
+        Err(e) => {
+            tracing::warn!("cannot read the records to retire the oldest verified streams: {e:#}");
+            return check;
+        }
+    };
+    for r in beyond_kept(&records, ctx.cfg.composer.keep_verified) {
+        if let Err(e) = state.write(&Record { retired: true, ..r.clone() }) {
+            tracing::warn!("cannot mark {} retired: {e:#}", r.run_id);
+            continue;
+        }
+        let (stream, _) = crate::state::names(&r.run_id);
+        sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": stream, "last_acked": r.last_acked }));
+        crate::verify::delete_named(ctx, &stream, true).await;
+    }
     check
 }
 
@@ -198,7 +232,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir(dir.path().to_path_buf());
         assert!(state.records().unwrap().0.is_empty(), "no driver ran yet");
-        let r = Record { run_id: "b1".into(), seed: 7, payload_size: 128, last_acked: 42, replicas: 3, finished: false, open_suspicions: vec![], retired: false };
+        let r = Record { run_id: "b1".into(), seed: 7, payload_size: 128, last_acked: 42, replicas: 3, finished: false, open_suspicions: vec![], verified_at_ms: None, retired: false };
         state.write(&r).unwrap();
         state.write(&Record { last_acked: 43, finished: true, ..r.clone() }).unwrap();
         state.write(&Record { run_id: "a0".into(), ..r.clone() }).unwrap();

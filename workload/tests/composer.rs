@@ -49,7 +49,8 @@ async fn a_driver_killed_mid_run_leaves_a_state_finally_verifies() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_it() {
     let h = Harness::start("retire").await;
-    let (failed, driver) = h.composer("driver", &["--duration", "5s", "--run-id", &h.run_id]);
+    let none = h.config("none.toml", "[composer]\nkeep_verified = 0\n");
+    let (failed, driver) = h.composer("driver", &["--duration", "5s", "--run-id", &h.run_id, "--config", &none]);
     assert!(failed.is_empty(), "{driver}");
     assert_eq!(driver["final_check"]["read"], "held", "the driver read its whole stream back: {driver}");
     // One command's output is report.json alone (thousands run in a timeline).
@@ -67,6 +68,39 @@ async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_i
         let streams = report["streams"].as_array().unwrap();
         assert!(streams.iter().all(|s| s["retired"] == true || s.get("check").is_none()), "{step} looked at nothing retired: {streams:?}");
     }
+}
+
+/// Three drivers one after another, the newest two verified streams kept (the default): the
+/// first is retired (deleted, record marked) when the third finishes; the two kept are
+/// still in the cluster, judged by anytime_ (`anytime-judged-a-finished-stream` holds) and
+/// read back whole by finally_.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_newest_verified_streams_are_kept_for_the_verifying_commands_and_older_ones_retired() {
+    let h = Harness::start("keep").await;
+    let ids: Vec<String> = (1..=3).map(|i| format!("{}_{i}", h.run_id)).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let out = format!("driver{i}");
+        let o = h.composer_command("driver", &out, &["--duration", "4s", "--run-id", id]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let report = h.composer_report(&out);
+        assert!(report["failed"].as_array().unwrap().is_empty(), "{report}");
+    }
+    let records: Vec<_> = ids.iter().map(|id| state(&h).record(id).unwrap()).collect();
+    assert!(records.iter().all(|r| r.verified_at_ms.is_some()), "{records:?}");
+    assert_eq!(records.iter().map(|r| r.retired).collect::<Vec<_>>(), [true, false, false], "{records:?}");
+    let client = h.client().await;
+    for (id, r) in ids.iter().zip(&records) {
+        let info = jsapi::stream_info(&client, &workload::run::names(id).0, Duration::from_secs(5)).await;
+        assert_eq!(info.is_ok(), !r.retired, "{id}: only the retired stream is gone");
+    }
+    let (failed, anytime) = h.composer("anytime", &[]);
+    assert!(failed.is_empty(), "{anytime}");
+    let judged = anytime["properties"].as_array().unwrap().iter().find(|p| p["id"] == "anytime-judged-a-finished-stream").unwrap();
+    assert_eq!(judged["status"], "passed", "{judged}");
+    let (failed, finally) = h.composer("finally", &[]);
+    assert!(failed.is_empty(), "{finally}");
+    let read: Vec<_> = finally["streams"].as_array().unwrap().iter().filter(|s| s["check"]["read"] == "held").collect();
+    assert_eq!(read.len(), 2, "the two kept streams read back whole: {finally}");
 }
 
 /// Antithesis stops every running command when an eventually_ starts; a driver stopped so

@@ -44,7 +44,7 @@ async fn a_final_read_many_windows_long_passes() {
         ack.await.unwrap();
     }
     StateDir(h.dir.path().join("state"))
-        .write(&Record { run_id: h.run_id.clone(), seed: 42, payload_size: PAYLOAD, last_acked: MESSAGES, replicas: 1, finished: true, open_suspicions: vec![], retired: false })
+        .write(&Record { run_id: h.run_id.clone(), seed: 42, payload_size: PAYLOAD, last_acked: MESSAGES, replicas: 1, finished: true, open_suspicions: vec![], verified_at_ms: None, retired: false })
         .unwrap();
 
     let (_, report) = h.composer("finally", &["--operator", "false", "--liveness-window", "2s", "--liveness-quiet", "1s"]);
