@@ -117,6 +117,12 @@ macro_rules! for_each_property {
              "the durable consumer's leader changed while acks were waiting for their confirmation")
             (ConsumerFellFarBehind, sometimes_greater, "consumer-fell-far-behind",
              "the reader was more than ten thousand messages behind the last ack")
+            (DurableLeaderChangedWithManyAcksInFlight, sometimes_greater, "durable-leader-changed-with-many-acks-in-flight",
+             "the durable consumer's leader changed while more than 32 acks were waiting for their confirmation")
+            (ScaleToR1WithSeveralNodesDown, sometimes_greater, "scale-to-r1-with-several-nodes-down",
+             "a scale down to one replica was requested while more than one node did not answer healthy")
+            (StreamLeaderChangedRepeatedly, sometimes_greater, "stream-leader-changed-repeatedly",
+             "the stream's leader changed more than three times within a minute")
             (DiskFaultHitAStreamFile, sometimes_local, "disk-fault-hit-a-stream-file",
              "a corruption or snapshot rollback on a stopped node changed a file of the run's stream")
             (NodeCameBackAfterDiskFault, sometimes_local, "node-came-back-after-disk-fault",

@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod confirm;
 pub mod durable;
 pub mod known;
+pub mod leaders;
 pub mod liveness;
 pub mod operations;
 pub mod outcomes;

@@ -87,7 +87,8 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut leader: Option<String> = None;
     // Sequences left unacknowledged on purpose, until they come again.
-    let mut skipped: Vec<u64> = Vec::new();
+    // Deliveries left unacknowledged on purpose, with when (run time) each was left.
+    let mut skipped: Vec<(u64, Duration)> = Vec::new();
     // Fresh deliveries to acknowledge before the next one left alone: one draw per skip
     // (under Antithesis a draw is an SDK call and an event; one per delivery was ~10^5).
     let skip_gap = |choose: &mut Chooser| choose.gap("fresh deliveries before the next one left unacknowledged", ctx.cfg.durable.skip_ack_probability);
@@ -151,7 +152,9 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                                 tracing::info!(from = ?leader, to = ?now, acks_in_flight = acks.len(), received = ledger.received_floor(), confirmed = ledger.confirmed_floor(), "durable consumer leader changed");
                             }
                             if leader.as_ref().is_some_and(|l| Some(l) != now.as_ref()) {
-                                sdk::check(Property::DurableLeaderChangedWithAcksInFlight, !acks.is_empty(), &json!({ "from": leader, "to": now, "acks_in_flight": acks.len() }));
+                                let details = json!({ "from": leader, "to": now, "acks_in_flight": acks.len() });
+                                sdk::check(Property::DurableLeaderChangedWithAcksInFlight, !acks.is_empty(), &details);
+                                sdk::above(Property::DurableLeaderChangedWithManyAcksInFlight, acks.len() as u64, 32, &details);
                             }
                             leader = now;
                         }
@@ -181,7 +184,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                     // What a stall's failure shows: the first sequence never delivered, the
                     // ones held back on purpose, and the consumer as last seen.
                     catch_up.consumer = json!({ "first_not_delivered": ledger.received_floor() + 1, "confirmed_floor": ledger.confirmed_floor(), "left_unacknowledged": skipped.len(),
-                                                "lowest_left_unacknowledged": skipped.iter().min(),
+                                                "lowest_left_unacknowledged": skipped.iter().map(|(seq, _)| seq).min(),
                                                 "at_last_look": judge.last_look });
                     // Redelivering what the server took back (an unreplicated consumer's
                     // undone acks, excused) moves the confirmed floor, not the received one.
@@ -233,13 +236,17 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                             }
                             Redelivery::Unwatched => {}
                         }
-                    } else if let Some(i) = skipped.iter().position(|s| *s == seq) {
-                        sdk::check(Property::DurableRedeliveredAfterUnacked, delivered > 1, &json!({ "seq": seq, "delivered": delivered }));
+                    } else if let Some(i) = skipped.iter().position(|(s, _)| *s == seq) {
+                        // A real redelivery comes again (delivered > 1) after ack_wait; one
+                        // much sooner is a replay, not the server honouring the missing ack.
+                        let since = ctx.live.now().saturating_sub(skipped[i].1);
+                        let redelivered = delivered > 1 && since >= ctx.cfg.durable.ack_wait / 2;
+                        sdk::check(Property::DurableRedeliveredAfterUnacked, redelivered, &json!({ "seq": seq, "delivered": delivered, "since_left_ms": since.as_millis() as u64 }));
                         skipped.swap_remove(i);
                     } else if skipped.len() < 64 {
                         if until_skip == 0 {
                             until_skip = skip_gap(choose);
-                            skipped.push(seq);
+                            skipped.push((seq, ctx.live.now()));
                             Stats::add(&ctx.stats.durable_acks_skipped, 1);
                             continue;
                         }
@@ -273,7 +280,7 @@ async fn double_ack(client: async_nats::Client, timeout: Duration, seq: u64, rep
 async fn anew<F: std::future::Future<Output = anyhow::Result<jetstream::consumer::Consumer<pull::Config>>>>(
     ctx: &Ctx,
     ledger: &mut DurableLedger,
-    skipped: &mut Vec<u64>,
+    skipped: &mut Vec<(u64, Duration)>,
     create: &impl Fn() -> F,
 ) {
     ledger.restart();

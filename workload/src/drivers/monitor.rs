@@ -86,12 +86,14 @@ pub struct StreamWatch {
     short: Confirm,
     holes: Confirm,
     replicas: Confirm,
+    /// Leader changes in the last minute, for numeric guidance.
+    churn: properties::leaders::Churn,
 }
 
 impl StreamWatch {
     pub fn new(hold: Duration) -> Self {
         let c = || Confirm::new(hold, 3);
-        Self { missing: c(), short: c(), holes: c(), replicas: c() }
+        Self { missing: c(), short: c(), holes: c(), replicas: c(), churn: properties::leaders::Churn::new(Duration::from_secs(60)) }
     }
 
     /// Feeds one stream-info answer, taken after reading `acked_before`, and reports what
@@ -108,6 +110,9 @@ impl StreamWatch {
             let leader = cluster.leader.clone().unwrap_or_default();
             if let Ok(mut l) = ctx.stats.leader.lock() {
                 l.clone_from(&leader);
+            }
+            if let Some(changes) = self.churn.saw(now, &leader) {
+                sdk::above(Property::StreamLeaderChangedRepeatedly, changes, 3, &json!({ "stream": ctx.stream, "leader": leader, "changes_in_last_minute": changes }));
             }
             if leader.is_empty() {
                 // A leaderless stream's info carries no trustworthy state: judge nothing.

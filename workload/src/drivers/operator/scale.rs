@@ -100,7 +100,9 @@ async fn note_transition(ctx: &Ctx, from: usize, to: usize) {
     sdk::check(Property::StreamScaledUpFromR1, from == 1 && to > 1, &details);
     if to == 1 && !ctx.cluster.monitor_urls.is_empty() {
         let sick = unhealthy(&http_client(), &ctx.cluster.monitor_urls).await;
-        sdk::check(Property::ScaleToR1WhileANodeWasDown, !sick.is_empty(), &json!({ "from": from, "unhealthy": sick }));
+        let details = json!({ "from": from, "unhealthy": sick });
+        sdk::check(Property::ScaleToR1WhileANodeWasDown, !sick.is_empty(), &details);
+        sdk::above(Property::ScaleToR1WithSeveralNodesDown, sick.len() as u64, 1, &details);
     }
 }
 
