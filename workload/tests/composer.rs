@@ -201,3 +201,30 @@ async fn seeded_choices_repeat_and_steered_choices_show_in_the_sdk_output() {
     let lag = lag.expect("the numeric sometimes assertion was evaluated");
     assert!(lag["details"]["left"].is_u64() && lag["details"]["right"] == 10_000, "its real values: {lag}");
 }
+
+/// Under Antithesis every choice is an SDK call and a `workload_choice` event, and every
+/// assertion evaluation a line: a steered driver must write an SDK output bounded per minute
+/// of driving, not one that grows with its message count (the durable consumer once drew
+/// once per delivery: ~10^5 events per driver). Measured here for 30 s of a pipelined
+/// driver with the durable consumer and the operator; the figures go to stderr.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_steered_driver_writes_a_bounded_sdk_output_per_minute() {
+    let h = Harness::start("sdkvolume").await;
+    let o = h
+        .composer_command("driver", "steered", &["--duration", "30s", "--run-id", &h.run_id, "--in-flight", "64"])
+        .env("WORKLOAD_RANDOM", "antithesis")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = h.composer_report("steered");
+    let acked = report["counters"]["acked"].as_u64().unwrap();
+    let sdk = std::fs::read_to_string(h.dir.path().join("steered/sdk.jsonl")).unwrap();
+    let lines: Vec<Value> = sdk.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let choices = lines.iter().filter(|l| l.get("workload_choice").is_some()).count();
+    let minutes = report["elapsed_s"].as_f64().unwrap() / 60.0;
+    let per_minute = sdk.len() as f64 / minutes;
+    eprintln!("steered driver: {:.0} s, {acked} acks, {} SDK lines ({choices} choices), {} bytes: {per_minute:.0} bytes and {:.0} lines per driver minute", minutes * 60.0, lines.len(), sdk.len(), lines.len() as f64 / minutes);
+    assert!(acked > 1000, "the driver drove: {acked} acks");
+    assert!(per_minute < 1_000_000.0, "{per_minute:.0} bytes per driver minute");
+    assert!((choices as u64) < acked / 10, "choices do not grow with the messages: {choices} choices for {acked} acks");
+}
