@@ -97,6 +97,17 @@ enum Command {
         /// The run directory (--out of the run).
         dir: PathBuf,
     },
+    /// Judge a saved run again from its report.json (each property's counts, kept failures
+    /// and unknowns, its faults and operations) with this build's judges and known-issue
+    /// table; print the property table and the verdict, say where it differs from the
+    /// saved one, and exit as the run would have. Writes nothing.
+    Check {
+        /// The run directory (--out of the run).
+        dir: PathBuf,
+        /// Accept failures a known server issue explains (as the run's --allow-known).
+        #[arg(long)]
+        allow_known: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -247,7 +258,7 @@ impl Command {
         match self {
             Command::Local { common, .. } | Command::Run { common, .. } | Command::Bench { common, .. } => Some(common),
             Command::Composer { step } => Some(&step.args().common),
-            Command::Matrix(_) | Command::Report { .. } => None,
+            Command::Matrix(_) | Command::Report { .. } | Command::Check { .. } => None,
         }
     }
 
@@ -259,7 +270,7 @@ impl Command {
             Command::Composer { step } => of(&step.args().cluster),
             Command::Bench { .. } => 3,
             Command::Matrix(m) => m.nodes,
-            Command::Report { .. } => 0,
+            Command::Report { .. } | Command::Check { .. } => 0,
         }
     }
 
@@ -332,6 +343,7 @@ fn main() -> ExitCode {
         return match &cli.command {
             Command::Matrix(m) => run_matrix(m),
             Command::Report { dir } => write_page(dir),
+            Command::Check { dir, allow_known } => check_saved(dir, *allow_known),
             _ => usage("no arguments for this command"),
         };
     };
@@ -400,6 +412,27 @@ fn write_page(dir: &std::path::Path) -> ExitCode {
             Err(e) => usage(&format!("cannot write the pages into {}: {e}", dir.display())),
         },
         Err(e) => usage(&format!("no readable report.json in {}: {e}", dir.display())),
+    }
+}
+
+/// `workload check DIR`: the saved run judged again ([`report::rejudge`]).
+fn check_saved(dir: &std::path::Path, allow_known: bool) -> ExitCode {
+    let saved: serde_json::Value = match std::fs::read_to_string(dir.join("report.json")).map_err(anyhow::Error::from).and_then(|t| Ok(serde_json::from_str(&t)?)) {
+        Ok(r) => r,
+        Err(e) => return usage(&format!("no readable report.json in {}: {e}", dir.display())),
+    };
+    let report = report::rejudge(&saved, dir);
+    report::print(&report);
+    for key in ["verdict", "verdict_without_known"] {
+        if report[key] != saved[key] {
+            println!("{key} differs from the saved report's: {} then, {} now", saved[key], report[key]);
+        }
+    }
+    let verdict = if allow_known { &report["verdict_without_known"] } else { &report["verdict"] };
+    match verdict.as_str() {
+        Some("pass") => ExitCode::SUCCESS,
+        Some("unknown") => ExitCode::from(EXIT_UNKNOWN),
+        _ => ExitCode::from(EXIT_PROPERTY_FAILED),
     }
 }
 
@@ -595,7 +628,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             println!("bench: {}", out.join("bench.json").display());
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Matrix(_) | Command::Report { .. } => anyhow::bail!("this command runs no workload of its own"),
+        Command::Matrix(_) | Command::Report { .. } | Command::Check { .. } => anyhow::bail!("this command runs no workload of its own"),
     };
     let duration = match (&composer, duration) {
         (_, Some(d)) => d,

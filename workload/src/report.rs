@@ -35,10 +35,37 @@ fn tenths(s: f64) -> f64 {
     (s * 10.0).round() / 10.0
 }
 
-/// The whole report; `run` carries the run's own facts (seed, ids, counters, versions).
-/// Known server issues are marked by [`properties::known::annotate`] afterwards.
+/// The whole report from this process's tally; `run` carries the run's own facts (seed,
+/// ids, counters, versions). Known server issues are marked by [`mark_known`] afterwards.
 pub fn build(run: Value) -> Value {
-    let counts: Vec<(Property, sdk::Counts)> = Property::ALL.iter().map(|&p| (p, sdk::counts(p))).collect();
+    build_from(Property::ALL.iter().map(|&p| (p, sdk::counts(p))).collect(), run)
+}
+
+/// The keys [`build_from`] and [`mark_known`] write: what a re-judgment derives again.
+const JUDGED: [&str; 8] = ["verdict", "failed", "unknown", "properties", "known_issues", "unexplained", "unknown_unexplained", "verdict_without_known"];
+
+/// A saved report judged again from what it recorded of each property (its counts, kept
+/// failures and unknowns) and its facts alone, with the known-issue table of this build:
+/// `workload check DIR`. The same judges as the run's own, so an unchanged table gives the
+/// same verdict.
+pub fn rejudge(saved: &Value, dir: &std::path::Path) -> Value {
+    let recorded = |p: Property| -> sdk::Counts {
+        let Some(r) = saved["properties"].as_array().into_iter().flatten().find(|r| r["id"] == p.id()) else { return sdk::Counts::default() };
+        let n = |k: &str| r[k].as_u64().unwrap_or(0);
+        let failures = r["failures"].as_array().into_iter().flatten().map(|f| (f["t_s"].as_f64().unwrap_or(0.0), f["details"].clone())).collect();
+        let unknowns = r["unknowns"].as_array().cloned().unwrap_or_default();
+        sdk::Counts { held: n("held"), failed: n("failed"), unknown: n("unknown"), failures, unknowns }
+    };
+    let mut facts = saved.clone();
+    if let Some(f) = facts.as_object_mut() {
+        f.retain(|k, _| !JUDGED.contains(&k.as_str()));
+    }
+    let mut report = build_from(Property::ALL.iter().map(|&p| (p, recorded(p))).collect(), facts);
+    mark_known(&mut report, dir);
+    report
+}
+
+fn build_from(counts: Vec<(Property, sdk::Counts)>, run: Value) -> Value {
     let statuses: Vec<(Property, &str)> = counts.iter().map(|(p, c)| (*p, status(*p, c))).collect();
     let properties: Vec<Value> = counts
         .iter()

@@ -119,3 +119,40 @@ fn matrix_runs_each_release_and_prints_one_table() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(run_dir.join("report.md")).unwrap(), page);
 }
+
+/// `workload check DIR` judges a saved run again from its report.json alone. A real run
+/// that met the durable ack-floor skip (the known-issue table's fixture, its faults and
+/// operations put back where a run writes them): the same verdicts as the run's (fail;
+/// pass once the known issue is accepted), exit 1, and 0 with --allow-known. The same
+/// report with the skip's failure made a loss of acknowledged messages instead: fail,
+/// unexplained, and the check says the verdict without known issues changed.
+#[test]
+fn check_judges_a_saved_run_again_with_the_same_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../properties/src/known/fixtures/durable-ack-floor-skip.json")).unwrap()).unwrap();
+    let mut report = fixture["report"].clone();
+    report["faults"] = serde_json::json!({ "events": fixture["faults"] });
+    let ops: Vec<String> = fixture["operations"].as_array().unwrap().iter().map(|o| o.to_string()).collect();
+    std::fs::write(dir.path().join("operations.jsonl"), ops.join("\n")).unwrap();
+    report["verdict"] = "fail".into();
+    report["verdict_without_known"] = "pass".into();
+    std::fs::write(dir.path().join("report.json"), report.to_string()).unwrap();
+    let check = |extra: &[&str]| {
+        let o = workload().arg("check").arg(dir.path()).args(extra).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).to_string())
+    };
+    let (code, out) = check(&[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("verdict: fail") && out.contains("verdict without the known server issues: pass") && !out.contains("differs"), "{out}");
+    assert!(out.contains("known server issue durable-ack-floor-skip"), "{out}");
+    assert_eq!(check(&["--allow-known"]).0, Some(0));
+
+    let props = report["properties"].as_array_mut().unwrap();
+    props.retain(|p| p["id"] != "acked-message-never-lost");
+    let skip = props.iter_mut().find(|p| p["id"] == "durable-nothing-skipped").expect("the fixture's failure");
+    skip["id"] = "acked-message-never-lost".into();
+    std::fs::write(dir.path().join("report.json"), report.to_string()).unwrap();
+    let (code, out) = check(&["--allow-known"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("verdict_without_known differs from the saved report's: \"pass\" then, \"fail\" now"), "{out}");
+}

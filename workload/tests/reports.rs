@@ -122,7 +122,7 @@ async fn a_run_that_lost_messages_names_them_on_every_page_and_its_metrics_move(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_passing_run_writes_its_pages_and_workload_report_writes_them_again() {
+async fn a_passing_run_writes_its_pages_and_workload_report_writes_them_again_and_check_judges_the_same() {
     let h = Harness::start("pagesok").await;
     let done = h.finish(h.spawn("10s", &[]), LIMIT);
     assert_eq!(done.report["verdict"], "pass", "{}", done.why());
@@ -141,4 +141,8 @@ async fn a_passing_run_writes_its_pages_and_workload_report_writes_them_again() 
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let again = pages(&done);
     assert_eq!(again, (md, svg, html), "the same pages from the run directory");
+    // Judged again from report.json alone: the same verdict, the same exit code.
+    let o = Command::new(env!("CARGO_BIN_EXE_workload")).arg("check").arg(&done.out).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("verdict: pass") && !out.contains("differs"), "{out}");
 }
