@@ -131,7 +131,7 @@ pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, sou
     let ctx = probe_ctx(cfg, cluster, Instant::now(), &QuietRequests::new(cfg.liveness.window), stop.clone());
     let client = ctx.connect("operator").await?;
     let system = crate::drivers::operator::system_client(&ctx).await;
-    let mut rng = source.chooser(0x0BE);
+    let mut rng = source.chooser(crate::random::Purpose::Stepdowns);
     let (mut asked, mut streams_done, mut meta_done) = (0u64, 0u64, 0u64);
     let end = Instant::now() + duration;
     while Instant::now() < end && !stop.is_cancelled() {

@@ -17,7 +17,7 @@ use workload::config::Config;
 use workload::faults::docker::DockerNodes;
 use workload::faults::injector::{FaultLog, Injector, Target};
 use workload::matrix::{self, Release};
-use workload::random::Source;
+use workload::random::{Purpose, Source};
 use workload::records::StateDir;
 use workload::run::{self, NotRun, RunSpec};
 use workload::state::ClusterAddr;
@@ -545,7 +545,7 @@ struct Knobs {
 /// A composer driver draws its payload size, publishes in flight and initial replica count
 /// per invocation (from the `composer.*` lists), so Antithesis can combine them.
 fn draw_knobs(cfg: &mut Config, knobs: &Knobs, cluster_size: usize, source: &Source) {
-    let mut rng = source.chooser(0xC0B);
+    let mut rng = source.chooser(Purpose::Knobs);
     if knobs.payload_size {
         cfg.publish.payload_size = rng.pick("payload size", &cfg.composer.payload_sizes);
     }
@@ -632,7 +632,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
     };
     let duration = match (&composer, duration) {
         (_, Some(d)) => d,
-        (Some(_), None) => source.chooser(0xD0).between("driver duration", cfg.composer.driver_min, cfg.composer.driver_max),
+        (Some(_), None) => source.chooser(Purpose::DriverDuration).between("driver duration", cfg.composer.driver_min, cfg.composer.driver_max),
         (None, None) => Duration::from_secs(60),
     };
     let fault_log = Arc::new(FaultLog::new(Some(out.join("faults.jsonl"))));

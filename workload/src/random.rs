@@ -39,11 +39,53 @@ impl Source {
         }
     }
 
-    /// The choices of one purpose (`salt` keeps purposes apart when seeded).
-    pub fn chooser(self, salt: u64) -> Chooser {
+    /// The choices of one purpose (kept apart from the others' when seeded).
+    pub fn chooser(self, purpose: Purpose) -> Chooser {
+        self.salted(purpose.salt())
+    }
+
+    /// The choices of one purpose for stream `i` of a run: stream 0 draws as a run of one
+    /// stream does, so a seed means what it meant.
+    pub fn stream_chooser(self, purpose: Purpose, i: usize) -> Chooser {
+        self.salted(purpose.salt() ^ ((i as u64) << 32))
+    }
+
+    fn salted(self, salt: u64) -> Chooser {
         match self {
             Source::Antithesis => Chooser { seeded: None },
             Source::Seeded(seed) => Chooser { seeded: Some(StdRng::seed_from_u64(seed ^ salt)) },
+        }
+    }
+}
+
+/// What a run of choices is for. Seeded, each purpose has a PRNG of its own, so adding a
+/// choice to one changes no other's draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// The local fault injector's schedule and targets.
+    Faults,
+    /// A composer driver's knobs (payload size, publishes in flight, initial replicas).
+    Knobs,
+    /// How long a composer driver drives.
+    DriverDuration,
+    /// The durable consumer's acks left out on purpose.
+    Durable,
+    /// The operator's operations and their arguments.
+    Operator,
+    /// The composer stepdown command's targets and pauses.
+    Stepdowns,
+}
+
+impl Purpose {
+    /// The salt each purpose has always had: a given seed makes the choices it made before.
+    fn salt(self) -> u64 {
+        match self {
+            Purpose::Faults => 0xFA,
+            Purpose::Knobs => 0xC0B,
+            Purpose::DriverDuration => 0xD0,
+            Purpose::Durable => 0xD0AB1E,
+            Purpose::Operator => 0x5CA1E,
+            Purpose::Stepdowns => 0x0BE,
         }
     }
 }
@@ -142,19 +184,19 @@ mod tests {
 
     #[test]
     fn a_seed_reproduces_every_choice_and_purposes_differ() {
-        let draw = |salt| {
-            let mut c = Source::Seeded(7).chooser(salt);
-            (0..20).map(|_| c.pick("n", &[1, 2, 3, 4, 5])).collect::<Vec<_>>()
-        };
-        assert_eq!(draw(1), draw(1));
-        assert_ne!(draw(1), draw(2));
+        let draw = |mut c: Chooser| (0..20).map(|_| c.pick("n", &[1, 2, 3, 4, 5])).collect::<Vec<_>>();
+        let s = Source::Seeded(7);
+        assert_eq!(draw(s.chooser(Purpose::Operator)), draw(s.chooser(Purpose::Operator)));
+        assert_ne!(draw(s.chooser(Purpose::Operator)), draw(s.chooser(Purpose::Durable)));
+        assert_eq!(draw(s.chooser(Purpose::Operator)), draw(s.stream_chooser(Purpose::Operator, 0)), "stream 0 draws as a run of one stream");
+        assert_ne!(draw(s.stream_chooser(Purpose::Operator, 0)), draw(s.stream_chooser(Purpose::Operator, 1)));
         assert_eq!(Source::decide(Some(9)), Source::Seeded(9), "a given seed always wins");
         assert_eq!(Source::Seeded(9).seed(), 9);
     }
 
     #[test]
     fn choices_stay_in_range() {
-        let mut c = Source::Antithesis.chooser(0);
+        let mut c = Source::Antithesis.chooser(Purpose::Faults);
         for _ in 0..100 {
             let d = c.between("d", Duration::from_secs(1), Duration::from_secs(2));
             assert!((Duration::from_secs(1)..=Duration::from_secs(2)).contains(&d));
@@ -166,7 +208,7 @@ mod tests {
 
     #[test]
     fn gaps_make_the_same_rate_as_a_draw_per_event() {
-        let mut c = Source::Seeded(3).chooser(0);
+        let mut c = Source::Seeded(3).chooser(Purpose::Faults);
         let p = 0.001;
         let (mut events, mut hits) = (0u64, 0u64);
         while hits < 2_000 {

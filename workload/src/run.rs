@@ -6,7 +6,7 @@ use crate::drivers::{self, operator};
 use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
 use crate::jsapi;
-use crate::random::Source;
+use crate::random::{Purpose, Source};
 use crate::records::{self, StateDir};
 use crate::sdk;
 use crate::state::{ClusterAddr, Ctx, Stats};
@@ -370,14 +370,12 @@ impl Rotation {
 fn spawn_drivers(ctxs: &[Arc<Ctx>], source: &Source, composer: Option<&StateDir>) -> tokio::task::JoinSet<anyhow::Result<()>> {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, ctx) in ctxs.iter().enumerate() {
-        // Stream 0 draws as a run of one stream does, so a seed means what it meant.
-        let salt = (i as u64) << 32;
         drivers::spawn_core(ctx, &mut tasks);
         if ctx.cfg.durable.enabled {
-            tasks.spawn(drivers::on_stream(ctx, drivers::durable::run(ctx.clone(), source.chooser(0xD0AB1E ^ salt))));
+            tasks.spawn(drivers::on_stream(ctx, drivers::durable::run(ctx.clone(), source.stream_chooser(Purpose::Durable, i))));
         }
         if ctx.cfg.operator.enabled && ctx.cluster.size > 1 {
-            tasks.spawn(drivers::on_stream(ctx, operator::run(ctx.clone(), source.chooser(0x5CA1E ^ salt))));
+            tasks.spawn(drivers::on_stream(ctx, operator::run(ctx.clone(), source.stream_chooser(Purpose::Operator, i))));
         }
         if let Some(state) = composer {
             tasks.spawn(drivers::on_stream(ctx, records::record_while_running(ctx.clone(), state.clone())));

@@ -235,7 +235,7 @@ impl Injector {
             target: target.into(),
             cfg,
             schedule,
-            rng: source.chooser(0xFA),
+            rng: source.chooser(crate::random::Purpose::Faults),
             origin: Instant::now(),
             log,
             active: Vec::new(),
