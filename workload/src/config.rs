@@ -164,6 +164,32 @@ pub struct LivenessConfig {
     pub quiet: Duration,
 }
 
+/// Every duration the workload derives from the liveness settings, named for its use, so
+/// no caller multiplies the window on its own.
+impl LivenessConfig {
+    /// How long a bad observation must persist, with faults asked to pause, before it is
+    /// confirmed (a failure) rather than a passing glitch.
+    pub fn confirm_hold(&self) -> Duration {
+        self.quiet
+    }
+
+    /// A replica change slower than this counts as slow (`scale-settled-slowly`).
+    pub fn slow_settle(&self) -> Duration {
+        self.window / 2
+    }
+
+    /// How long a dropped peer or an unreplicated stretch still counts as recent.
+    pub fn recent(&self) -> Duration {
+        self.window
+    }
+
+    /// How long a request that drops a peer holds its turn when no look at the stream ever
+    /// shows it carried out.
+    pub fn drop_turn(&self) -> Duration {
+        2 * self.window
+    }
+}
+
 /// The local fault injector (`workload local`, and `workload run --docker-faults`;
 /// Antithesis brings its own faults).
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]

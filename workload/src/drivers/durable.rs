@@ -315,7 +315,7 @@ pub struct FloorJudge {
 
 impl FloorJudge {
     pub fn new(ctx: &Ctx) -> Self {
-        let confirm = || Confirm::new(ctx.cfg.liveness.quiet, 3);
+        let confirm = || Confirm::new(ctx.cfg.liveness.confirm_hold(), 3);
         Self { floor: confirm(), gone: confirm(), single_seen: None, single_looks: 0, last_look: Value::Null, acked: AckClock::default() }
     }
 
@@ -325,7 +325,7 @@ impl FloorJudge {
     /// so a crash of that server undoes them by design. Those are counted, not failed, and
     /// true is returned.
     fn report_undone(&self, ctx: &Ctx, v: &Violation) -> bool {
-        let recent = self.single_seen.is_some_and(|t| ctx.live.now().saturating_sub(t) <= ctx.cfg.liveness.window);
+        let recent = self.single_seen.is_some_and(|t| ctx.live.now().saturating_sub(t) <= ctx.cfg.liveness.recent());
         if v.property == Property::DurableAckNeverUndone && recent {
             let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if n < 3 {
@@ -417,7 +417,7 @@ impl FloorJudge {
                     Confirmation::Pending { ask_quiet } => {
                         ctx.suspicions.open(Suspect::DurableAckFloor, &v.details);
                         if ask_quiet {
-                            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, "the durable consumer's ack floor disagrees with its confirmed acks");
+                            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), "the durable consumer's ack floor disagrees with its confirmed acks");
                         }
                     }
                     Confirmation::Good => {}
@@ -431,7 +431,7 @@ impl FloorJudge {
     fn observe_gone(&mut self, ctx: &Ctx) -> Confirmation {
         let c = self.gone.observe(ctx.live.now(), true);
         if let Confirmation::Pending { ask_quiet: true } = c {
-            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, "durable consumer not found");
+            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), "durable consumer not found");
         }
         c
     }

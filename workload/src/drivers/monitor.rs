@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let client = ctx.connect("monitor").await?;
-    let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
+    let mut watch = StreamWatch::new(ctx.cfg.liveness.confirm_hold());
     let mut probe = ReplicaProbe::new(&ctx.cluster.monitor_urls);
     let mut placement = PlacementJudge::default();
     while !ctx.cancel.is_cancelled() {
@@ -172,7 +172,7 @@ fn judge(ctx: &Ctx, c: &mut Confirm, now: Duration, bad: bool, what: Suspect, p:
         Confirmation::Pending { ask_quiet } => {
             ctx.suspicions.open(what, &details);
             if ask_quiet {
-                ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, &format!("{what:?} seen, confirming"));
+                ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), &format!("{what:?} seen, confirming"));
             }
             Look::Pending
         }
@@ -192,7 +192,7 @@ fn judge(ctx: &Ctx, c: &mut Confirm, now: Duration, bad: bool, what: Suspect, p:
 /// when no judgment could be made within that window. `None` (nothing judged) once
 /// `wanted` says the stream need not be looked at any more (retired by its driver).
 pub async fn judge_stream(ctx: &Ctx, client: &async_nats::Client, acked: u64, cancel: &CancellationToken, wanted: &dyn Fn() -> bool) -> Option<Outcome> {
-    let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
+    let mut watch = StreamWatch::new(ctx.cfg.liveness.confirm_hold());
     let mut window = ctx.live.open_question("stream state");
     loop {
         if !wanted() {
@@ -225,7 +225,7 @@ pub async fn judge_replicas_at_rest(ctx: &Ctx, client: &async_nats::Client, canc
     if !probe.enabled() {
         return None;
     }
-    let mut watch = StreamWatch::new(ctx.cfg.liveness.quiet);
+    let mut watch = StreamWatch::new(ctx.cfg.liveness.confirm_hold());
     let mut window = ctx.live.open_question("replicas agree");
     let mut last = ReplicaLook::NotSettled("not asked yet".into());
     loop {

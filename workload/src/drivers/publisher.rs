@@ -46,7 +46,7 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut next_send = 1u64;
     let mut window: Option<crate::retry::OpenWindow> = None;
     let mut leader_at_rewind = None;
-    let mut behind = Confirm::new(ctx.cfg.liveness.quiet, 3);
+    let mut behind = Confirm::new(ctx.cfg.liveness.confirm_hold(), 3);
     let mut late = Late::new();
 
     while !ctx.cancel.is_cancelled() {
@@ -239,7 +239,7 @@ async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &Publis
             Confirmation::Pending { ask_quiet } => {
                 ctx.suspicions.open(Suspect::PublishStreamBehind, &json!({ "index": index, "stream_last_seq": last, "last_acked_seq": ledger.watermark() }));
                 if ask_quiet {
-                    ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, "publishes say the stream ends before the last ack");
+                    ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), "publishes say the stream ends before the last ack");
                 }
             }
             Confirmation::Good => {}

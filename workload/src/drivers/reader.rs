@@ -228,7 +228,7 @@ struct Found {
 /// period said so (a restarting node or deposed leader can answer from a stale view);
 /// `None` when no such answer could be had within a liveness window (read it again).
 async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Found> {
-    let mut confirm = Confirm::new(ctx.cfg.liveness.quiet, 3);
+    let mut confirm = Confirm::new(ctx.cfg.liveness.confirm_hold(), 3);
     let mut window = ctx.live.open_question("look up a sequence");
     let found = loop {
         let error = match jsapi::message_present(client, &ctx.stream, seq, ctx.api_timeout()).await {
@@ -242,7 +242,7 @@ async fn look_up(ctx: &Ctx, client: &async_nats::Client, seq: u64) -> Option<Fou
                 Confirmation::Pending { ask_quiet } => {
                     ctx.suspicions.open(Suspect::ReadMissing, &json!({ "seq": seq }));
                     if ask_quiet {
-                        ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.quiet, &format!("sequence {seq} absent, confirming"));
+                        ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), &format!("sequence {seq} absent, confirming"));
                     }
                     "absent, not yet for long enough".to_string()
                 }

@@ -72,7 +72,7 @@ pub async fn peer_step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser
     // its state: no fault may wipe another of its servers meanwhile. No look at the stream
     // shows it carried out, so its turn lasts a liveness window (see ClusterView::dropping).
     let drops = op == OpKind::ConsumerPeerRemove;
-    if drops && !ctx.view.dropping(None, 0, ctx.cfg.liveness.window) {
+    if drops && !ctx.view.dropping(None, 0, ctx.cfg.liveness.recent()) {
         ctx.ops.count(op, |c| c.not_applicable += 1);
         return Some(());
     }

@@ -228,7 +228,7 @@ pub async fn refresh_tags(ctx: &Ctx) {
 /// [`crate::view::ClusterView::dropping`]). The turn lasts until the monitor sees the stream
 /// at `target` peers, or two windows (a request that never took effect).
 fn drop_allowed(ctx: &Ctx, peer: Option<&str>, target: usize) -> bool {
-    ctx.view.dropping(peer, target, 2 * ctx.cfg.liveness.window)
+    ctx.view.dropping(peer, target, ctx.cfg.liveness.drop_turn())
 }
 
 /// The stream's info, or why not (for settle checks).

@@ -168,8 +168,8 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
         return false;
     }
     let ms = started.elapsed().as_millis() as u64;
-    let half_window = ctx.cfg.liveness.window.as_millis() as u64 / 2;
-    sdk::above(Property::ScaleSettledSlowly, ms, half_window, &json!({ "replicas": replicas, "settle_ms": ms }));
+    let slow = ctx.cfg.liveness.slow_settle().as_millis() as u64;
+    sdk::above(Property::ScaleSettledSlowly, ms, slow, &json!({ "replicas": replicas, "settle_ms": ms }));
     Stats::add(&ctx.stats.scales_settled, 1);
     Stats::add(&ctx.stats.settle_ms_total, ms);
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
