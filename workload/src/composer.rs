@@ -13,6 +13,7 @@ use crate::records::{Record, StateDir};
 use crate::sdk;
 use crate::state::{names, ClusterAddr, Ctx};
 use crate::verify::{self, first_contact, recovered};
+use properties::operations::OpKind;
 use properties::payload::RunMessages;
 use properties::Property;
 use rand::Rng;
@@ -168,4 +169,94 @@ pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, sou
         }
     }
     Ok(json!({ "stepdowns_asked": asked, "stepdowns_done": streams_done + meta_done, "stream_stepdowns_done": streams_done, "meta_stepdowns_done": meta_done }))
+}
+
+/// The operations a composer driver keeps for itself: the replica count (its record holds
+/// the last one it requested, which eventually_ and finally_ judge the stream settled at),
+/// `PEER.REMOVE` (it drops a copy before replacing it, so it needs the driver's monitor to
+/// count the whole copies left) and the durable consumer it owns. Moves, evacuations and
+/// stepdowns are commands of their own ([`Operations`], [`operator`]), so Antithesis
+/// chooses what interleaves with what.
+pub fn driver_owned(op: OpKind) -> bool {
+    matches!(op, OpKind::Scale | OpKind::PeerRemove | OpKind::ConsumerStepdown | OpKind::ConsumerScale | OpKind::ConsumerPeerRemove | OpKind::ConsumerPeerEvacuate)
+}
+
+/// A family of operations run by a command of its own (see [`operate`]). None changes a
+/// stream's replica count, which stays its driver's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operations {
+    /// `parallel_driver_move_streams.sh`: placement changes, some cancelled.
+    Moves,
+    /// `parallel_driver_evacuate_peers.sh`: a stream's peer evacuated (the replacement
+    /// added first), or a whole server.
+    Evacuations,
+}
+
+impl Operations {
+    fn includes(self, op: OpKind) -> bool {
+        match self {
+            Operations::Moves => matches!(op, OpKind::Move | OpKind::CancelMove),
+            Operations::Evacuations => matches!(op, OpKind::PeerEvacuate | OpKind::ServerEvacuate),
+        }
+    }
+}
+
+/// parallel_driver_move_streams / parallel_driver_evacuate_peers: the operator limited to
+/// one family of operations, for `duration`, on the stream of a running driver (one
+/// recorded, neither finished nor retired), or, with none, on a stream of its own (created
+/// with one replica fewer than the cluster has servers, so every operation has somewhere to
+/// go, and deleted at the end). It stops as soon as the driver's record says finished: the
+/// driver's final check and retirement must not meet an operation in flight. Each operation
+/// is judged as the driver's own operator judges it.
+pub async fn operate(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, source: Source, duration: std::time::Duration, family: Operations, stop: CancellationToken) -> anyhow::Result<Value> {
+    let (started, quiet) = (Instant::now(), QuietRequests::new(cfg.liveness.window));
+    let mut cfg = cfg.clone();
+    cfg.keep_operations(|op| family.includes(op));
+    cfg.durable.enabled = false; // the driver's consumer is the driver's
+    let mut rng = source.chooser(crate::random::Purpose::Operator);
+    let running: Vec<Record> = readable_records(state)?.into_iter().filter(|r| !r.finished && !r.retired).collect();
+    let own = running.is_empty();
+    let record = if own {
+        Record { run_id: format!("ops_{:016x}", rng.gen::<u64>()), seed: 0, payload_size: 1, last_acked: 0, replicas: 0, finished: false, open_suspicions: Vec::new(), verified_at_ms: None, retired: false }
+    } else {
+        running[rng.gen_range(0..running.len())].clone()
+    };
+    let cancel = stop.child_token();
+    let ctx = Arc::new(record_ctx(&cfg, cluster, &record, started, &quiet, cancel.clone()));
+    if own {
+        let client = first_contact(&ctx).await.map_err(anyhow::Error::msg)?;
+        let replicas = cluster.size.saturating_sub(1).max(1);
+        let config = jsapi::stream_config(&ctx.stream, &ctx.subject, replicas, cfg.stream.duplicate_window);
+        if let Err(e) = ctx.live.attempt("create stream", &cancel, || jsapi::create_stream(&client, &config, ctx.api_timeout())).await {
+            anyhow::bail!("cannot create a stream to operate on: {e}");
+        }
+        ctx.stats.replicas.store(replicas as u64, Relaxed);
+    }
+    tracing::info!(stream = %ctx.stream, own, ?family, "operating");
+    let driver_done = async {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            if !own && state.record(&record.run_id).is_none_or(|r| r.finished || r.retired) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        r = crate::drivers::operator::run(ctx.clone(), rng) => r?,
+        _ = tokio::time::sleep(duration) => {}
+        _ = driver_done => tracing::info!(stream = %ctx.stream, "the driver finished: operating ends"),
+        _ = stop.cancelled() => {}
+    }
+    cancel.cancel();
+    if own {
+        let ctx = ctx.with_cancel(&CancellationToken::new(), true);
+        if let Ok(client) = ctx.connect("delete").await {
+            let api = format!("STREAM.DELETE.{}", ctx.stream);
+            let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
+            if let Err(e) = ctx.live.attempt("delete stream", &ctx.cancel, delete).await {
+                tracing::warn!(stream = %ctx.stream, "the stream operated on could not be deleted: {e}");
+            }
+        }
+    }
+    Ok(json!({ "stream": ctx.stream, "own_stream": own, "operations": ctx.ops.to_json() }))
 }

@@ -123,6 +123,25 @@ impl Weights {
         Weights { scale: 0, r#move: 0, peer_remove: 0, peer_evacuate: 0, stream_stepdown: 0, meta_stepdown: 0, consumer_stepdown: 0, consumer_scale: 0, consumer_peer_remove: 0, consumer_peer_evacuate: 0, server_evacuate: 0 }
     }
 
+    /// These weights with every operation `keep` does not select at 0.
+    pub fn only(&self, keep: impl Fn(properties::operations::OpKind) -> bool) -> Weights {
+        use properties::operations::OpKind::*;
+        let w = |op, weight| if keep(op) { weight } else { 0 };
+        Weights {
+            scale: w(Scale, self.scale),
+            r#move: w(Move, self.r#move),
+            peer_remove: w(PeerRemove, self.peer_remove),
+            peer_evacuate: w(PeerEvacuate, self.peer_evacuate),
+            stream_stepdown: w(StreamStepdown, self.stream_stepdown),
+            meta_stepdown: w(MetaStepdown, self.meta_stepdown),
+            consumer_stepdown: w(ConsumerStepdown, self.consumer_stepdown),
+            consumer_scale: w(ConsumerScale, self.consumer_scale),
+            consumer_peer_remove: w(ConsumerPeerRemove, self.consumer_peer_remove),
+            consumer_peer_evacuate: w(ConsumerPeerEvacuate, self.consumer_peer_evacuate),
+            server_evacuate: w(ServerEvacuate, self.server_evacuate),
+        }
+    }
+
     pub fn of(&self, op: properties::operations::OpKind) -> u32 {
         use properties::operations::OpKind::*;
         match op {
@@ -746,6 +765,16 @@ impl Config {
     /// The operator's weights: the fault profile's, if it sets them.
     pub fn operator_weights(&self) -> Weights {
         self.schedule().operator_weights.unwrap_or_else(|| self.operator.weights.clone())
+    }
+
+    /// Keeps only the operations `keep` selects, wherever the weights in use come from.
+    pub fn keep_operations(&mut self, keep: impl Fn(properties::operations::OpKind) -> bool) {
+        let weights = self.operator_weights().only(keep);
+        if let Some(mut schedule) = self.faults.schedule().filter(|s| s.operator_weights.is_some()) {
+            schedule.operator_weights = Some(weights.clone());
+            self.faults.profiles.insert(self.faults.profile.clone(), schedule);
+        }
+        self.operator.weights = weights;
     }
 
     pub fn window(&self) -> properties::liveness::WindowConfig {

@@ -175,6 +175,12 @@ enum Step {
     /// streams, or the meta leader, step down, for a random time (composer.driver_min ..=
     /// driver_max, or --duration).
     Operator(ComposerArgs),
+    /// parallel_driver_move_streams: moves (some cancelled) of a running driver's stream, or
+    /// of a stream of its own with none, for a random time.
+    Moves(ComposerArgs),
+    /// parallel_driver_evacuate_peers: peer and server evacuations of a running driver's
+    /// stream, or of a stream of its own with none, for a random time.
+    Evacuations(ComposerArgs),
 }
 
 #[derive(Args, Debug)]
@@ -293,7 +299,13 @@ impl Command {
 impl Step {
     fn args(&self) -> &ComposerArgs {
         match self {
-            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) | Step::Operator(a) => a,
+            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) | Step::Operator(a) | Step::Moves(a) | Step::Evacuations(a) => a,
+        }
+    }
+
+    fn into_args(self) -> ComposerArgs {
+        match self {
+            Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) | Step::Operator(a) | Step::Moves(a) | Step::Evacuations(a) => a,
         }
     }
 
@@ -305,6 +317,8 @@ impl Step {
             Step::Finally(_) => Phase::Finally,
             Step::Anytime(_) => Phase::Anytime,
             Step::Operator(_) => Phase::Operator,
+            Step::Moves(_) => Phase::Moves,
+            Step::Evacuations(_) => Phase::Evacuations,
         }
     }
 
@@ -322,6 +336,8 @@ enum Phase {
     Finally,
     Anytime,
     Operator,
+    Moves,
+    Evacuations,
 }
 
 impl Phase {
@@ -333,6 +349,8 @@ impl Phase {
             Phase::Finally => "finally",
             Phase::Anytime => "anytime",
             Phase::Operator => "operator",
+            Phase::Moves => "moves",
+            Phase::Evacuations => "evacuations",
         }
     }
 }
@@ -608,9 +626,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         }
         Command::Composer { step } => {
             let phase = step.phase();
-            let ComposerArgs { cluster, state, .. } = match step {
-                Step::Entrypoint(a) | Step::Driver(a) | Step::Eventually(a) | Step::Finally(a) | Step::Anytime(a) | Step::Operator(a) => a,
-            };
+            let ComposerArgs { cluster, state, .. } = step.into_args();
             let addr = ClusterAddr { servers: cluster.servers, monitor_urls: cluster.monitor, size: cluster_size };
             (addr, None, None, Some((phase, StateDir(state))))
         }
@@ -665,6 +681,13 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
             facts["operations"] = composer::operator(&cfg, &addr, &state, source, duration, stop).await?;
             facts["elapsed_s"] = json!(started.elapsed().as_secs_f64());
         }
+        Some((phase @ (Phase::Moves | Phase::Evacuations), state)) => {
+            let started = std::time::Instant::now();
+            let family = if phase == Phase::Moves { composer::Operations::Moves } else { composer::Operations::Evacuations };
+            facts["command"] = json!(phase.name());
+            facts["operated"] = composer::operate(&cfg, &addr, &state, source, duration, family, stop).await?;
+            facts["elapsed_s"] = json!(started.elapsed().as_secs_f64());
+        }
         Some((phase @ (Phase::Eventually | Phase::Finally | Phase::Anytime), state)) => {
             let started = std::time::Instant::now();
             let streams = if phase == Phase::Anytime {
@@ -679,6 +702,8 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         driver => {
             let is_driver = driver.is_some();
             if is_driver {
+                // Moves, evacuations and stepdowns are commands of their own.
+                cfg.keep_operations(composer::driver_owned);
                 draw_knobs(&mut cfg, &knobs, cluster_size, &source);
                 facts["config"] = json!(cfg);
             }

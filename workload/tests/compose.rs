@@ -343,12 +343,14 @@ fn five_node_timeline() {
 fn three_node_timeline() {
     let _topology = antithesis_topology("antithesis", "nats-workload-antithesis");
 
-    // A pipelined driver, a one-at-a-time driver and the leader-stepping operator at once;
+    // A pipelined driver, a one-at-a-time driver and the three operator commands at once;
     // a node container is killed during them and started again.
-    const COMMANDS: [(&str, &str); 3] = [
+    const COMMANDS: [(&str, &str); 5] = [
         ("parallel_driver_publish_read_scale.sh", "45s"),
         ("parallel_driver_publish_one_at_a_time.sh", "45s"),
         ("parallel_driver_step_down_leaders.sh", "35s"),
+        ("parallel_driver_move_streams.sh", "30s"),
+        ("parallel_driver_evacuate_peers.sh", "30s"),
     ];
     let running: Vec<_> = COMMANDS.iter().map(|(cmd, d)| std::thread::spawn(move || composer(cmd, &["--duration", d]))).collect();
     std::thread::sleep(Duration::from_secs(15));
@@ -363,6 +365,23 @@ fn three_node_timeline() {
     assert_eq!(drivers.len(), 2, "{drivers:?}");
     let operator = &reports("operator-*")[0];
     assert!(operator["operations"]["stepdowns_asked"].as_u64().unwrap() >= 1, "the operator acted: {operator}");
+
+    // Each operator command alone (no driver running): each still performs an operation,
+    // on the finished streams or the meta leader, or on a stream of its own.
+    let alone = |cmd: &str, out: &str, duration: &str| {
+        let (ok, log) = composer(cmd, &["--duration", duration, "--out", &format!("/state/alone/{out}")]);
+        assert!(ok, "{cmd} alone exits 0:\n{log}");
+        let report: Value = serde_json::from_str(&in_container(&format!("cat /state/alone/{out}/report.json"))).unwrap();
+        assert!(report["failed"].as_array().unwrap().is_empty(), "{cmd} alone: {report}");
+        report
+    };
+    let done = |r: &Value, op: &str| r["operated"]["operations"]["counts"][op]["done"].as_u64().unwrap_or(0);
+    let stepdowns = alone("parallel_driver_step_down_leaders.sh", "operator", "12s");
+    assert!(stepdowns["operations"]["stepdowns_done"].as_u64().unwrap() >= 1, "{}", stepdowns["operations"]);
+    let moves = alone("parallel_driver_move_streams.sh", "moves", "25s");
+    assert!(done(&moves, "move") >= 1, "{}", moves["operated"]);
+    let evacuations = alone("parallel_driver_evacuate_peers.sh", "evacuations", "25s");
+    assert!(done(&evacuations, "peer-evacuate") + done(&evacuations, "server-evacuate") >= 1, "{}", evacuations["operated"]);
     let (ok, out) = composer("anytime_finished_streams_intact.sh", &[]);
     assert!(ok, "anytime_ exits 0:\n{out}");
     let report = &reports("anytime-*")[0];

@@ -228,3 +228,45 @@ async fn a_steered_driver_writes_a_bounded_sdk_output_per_minute() {
     assert!(per_minute < 1_000_000.0, "{per_minute:.0} bytes per driver minute");
     assert!((choices as u64) < acked / 10, "choices do not grow with the messages: {choices} choices for {acked} acks");
 }
+
+/// Operations done of `op` in a split operator command's report.
+fn done(report: &Value, op: &str) -> u64 {
+    report["operated"]["operations"]["counts"][op]["done"].as_u64().unwrap_or(0)
+}
+
+/// The move and evacuation commands run alone (nothing recorded): each creates a stream of
+/// its own, performs its operations on it without a false alarm, and deletes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_move_and_evacuation_commands_alone_act_on_a_stream_of_their_own() {
+    let h = Harness::start("opsalone").await;
+    let often = h.config("often.toml", "[operator]\ninterval_min = \"1s\"\ninterval_max = \"3s\"\n");
+    let client = h.client().await;
+    for (step, ops) in [("moves", &["move"][..]), ("evacuations", &["peer-evacuate", "server-evacuate"][..])] {
+        let (failed, report) = h.composer(step, &["--duration", "25s", "--seed", "9", "--system-account", "sys:sys", "--config", &often]);
+        assert!(failed.is_empty(), "{step}: {report}");
+        let operated = &report["operated"];
+        assert_eq!(operated["own_stream"], true, "{operated}");
+        assert!(ops.iter().map(|op| done(&report, op)).sum::<u64>() >= 1, "{step} performed an operation: {operated}");
+        let gone = jsapi::stream_info(&client, operated["stream"].as_str().unwrap(), Duration::from_secs(5)).await;
+        assert!(matches!(gone, Err(ref e) if e.err_code() == Some(jsapi::STREAM_NOT_FOUND)), "{step}: its stream was deleted");
+    }
+}
+
+/// A move command beside a running driver moves the driver's stream while it publishes,
+/// and neither raises anything on a correct server; the driver kept only the operations it
+/// owns (no move of its own).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_move_command_moves_a_running_drivers_stream_without_a_false_alarm() {
+    let h = Harness::start("opsbeside").await;
+    let often = h.config("often.toml", "[operator]\ninterval_min = \"1s\"\ninterval_max = \"3s\"\n");
+    let driver = h.composer_command("driver", "driver", &["--duration", "40s", "--run-id", &h.run_id, "--in-flight", "16", "--config", &often]).spawn().unwrap();
+    wait_for_record(&h, 100);
+    let (failed, report) = h.composer("moves", &["--duration", "20s", "--seed", "4", "--config", &often]);
+    assert!(failed.is_empty(), "{report}");
+    assert_eq!(report["operated"]["stream"], h.stream.as_str(), "{}", report["operated"]);
+    assert!(done(&report, "move") >= 1, "{}", report["operated"]);
+    assert!(driver.wait_with_output().unwrap().status.success());
+    let d = h.composer_report("driver");
+    assert_eq!(d["verdict"], "pass", "moves under pipelined publishing raise nothing on a correct server: {d}");
+    assert!(d["operations"]["counts"]["move"].is_null(), "the driver moved nothing itself: {}", d["operations"]);
+}
