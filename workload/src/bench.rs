@@ -259,6 +259,13 @@ impl Bench {
         // suitable peers for placement"): retried within a liveness window, as `local` does.
         let create = || jsapi::create_stream(&self.client, &config, Duration::from_secs(10));
         ctx.live.attempt("create stream", &ctx.cancel, create).await.map_err(|e| anyhow::anyhow!("cannot create the bench stream {stream}: {e}"))?;
+        // The create is answered before the stream's group has elected a leader; a raw loop
+        // publishing at once would meet "no responders", which it does not retry.
+        let led = || async {
+            let info = jsapi::stream_info(&self.client, &stream, Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
+            info.view.cluster.and_then(|c| c.leader).filter(|l| !l.is_empty()).map(|_| ()).ok_or_else(|| "no leader yet".to_string())
+        };
+        ctx.live.attempt("stream leader", &ctx.cancel, led).await.map_err(|e| anyhow::anyhow!("the bench stream {stream} has no leader: {e}"))?;
         Ok(Arc::new(ctx.with_cancel(&ctx.cancel, true)))
     }
 
@@ -388,7 +395,7 @@ impl Bench {
             self.streams += 1;
             let run_id = format!("bench{}_{}_n{n}", std::process::id(), self.streams);
             let duration = self.spec.streams_for;
-            let spec = RunSpec { cfg, cluster: self.cluster(), seed: self.streams, source: Source::Seeded(self.streams), run_id, duration, injector: None, composer: None, timeline: None };
+            let spec = RunSpec { cfg, cluster: self.cluster(), seed: self.streams, source: Source::Seeded(self.streams), run_id, duration, injector: None, composer: None, timeline: None, out: None };
             let timer = Timer::start();
             let finished = run::run(spec, CancellationToken::new()).await.map_err(|e| anyhow::anyhow!("{n} streams: {e}"))?;
             let cpu = cpu_seconds() - timer.cpu;

@@ -707,9 +707,10 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
                 draw_knobs(&mut cfg, &knobs, cluster_size, &source);
                 facts["config"] = json!(cfg);
             }
-            // A composer driver writes report.json alone: one per command on a shared volume.
+            // A composer driver writes report.json (and operations.jsonl, which the known-issue
+            // table reads) without pages or timeline: one per command on a shared volume.
             let timeline = (!is_driver).then(|| out.join("timeline.jsonl"));
-            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state), timeline };
+            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state), timeline, out: Some(out.clone()) };
             tracing::info!(seed, run_id, ?duration, "run starting");
             let finished = match run::run(spec, stop).await {
                 Ok(f) => f,

@@ -38,6 +38,9 @@ pub struct RunSpec {
     pub composer: Option<StateDir>,
     /// Where one sample a second goes (`timeline.jsonl`), for the report's picture.
     pub timeline: Option<std::path::PathBuf>,
+    /// The run's directory: `operations.jsonl` (the known-issue table reads it), and a
+    /// failed epoch's saved node state.
+    pub out: Option<std::path::PathBuf>,
 }
 
 /// What a finished run hands to the report.
@@ -195,12 +198,12 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     let quiet = QuietRequests::new(spec.cfg.liveness.window);
     let faults = spec.injector.as_ref().map(|i| i.log.clone());
     let ops: Arc<operator::OpTally> = Arc::default();
-    if let Some(dir) = spec.timeline.as_ref().and_then(|t| t.parent()) {
-        // Beside the timeline and the fault log.
+    if let Some(dir) = &spec.out {
+        // Beside the report and the fault log.
         ops.log_to(dir.join("operations.jsonl"), started);
     }
     let views: Vec<Arc<ClusterView>> = (0..n).map(|_| Arc::default()).collect();
-    let out_dir = spec.timeline.as_ref().and_then(|t| t.parent()).map(std::path::Path::to_path_buf);
+    let out_dir = spec.out.clone();
     let epoch_ctxs = |epoch: usize, cancel: &CancellationToken| -> Vec<Arc<Ctx>> {
         (0..n)
             .map(|i| {

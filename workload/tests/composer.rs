@@ -77,10 +77,13 @@ async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_i
 #[tokio::test(flavor = "multi_thread")]
 async fn the_newest_verified_streams_are_kept_for_the_verifying_commands_and_older_ones_retired() {
     let h = Harness::start("keep").await;
+    // Without the durable consumer: on 2.15.1 its known ack-floor skip (after a consumer
+    // scale to R1) can fail a driver's check, and a failed stream is kept, not retired.
+    let plain = h.config("plain.toml", "[durable]\nenabled = false\n");
     let ids: Vec<String> = (1..=3).map(|i| format!("{}_{i}", h.run_id)).collect();
     for (i, id) in ids.iter().enumerate() {
         let out = format!("driver{i}");
-        let o = h.composer_command("driver", &out, &["--duration", "4s", "--run-id", id]).output().unwrap();
+        let o = h.composer_command("driver", &out, &["--duration", "4s", "--run-id", id, "--config", &plain]).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let report = h.composer_report(&out);
         assert!(report["failed"].as_array().unwrap().is_empty(), "{report}");
@@ -267,6 +270,8 @@ async fn a_move_command_moves_a_running_drivers_stream_without_a_false_alarm() {
     assert!(done(&report, "move") >= 1, "{}", report["operated"]);
     assert!(driver.wait_with_output().unwrap().status.success());
     let d = h.composer_report("driver");
-    assert_eq!(d["verdict"], "pass", "moves under pipelined publishing raise nothing on a correct server: {d}");
+    // Moves under pipelined publishing raise nothing on a correct server (the driver's
+    // durable consumer may meet the known ack-floor skip on 2.15.1, which the table names).
+    common::assert_passes_but_known_server_issues(&d, "");
     assert!(d["operations"]["counts"]["move"].is_null(), "the driver moved nothing itself: {}", d["operations"]);
 }
