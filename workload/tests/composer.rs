@@ -49,7 +49,9 @@ async fn a_driver_killed_mid_run_leaves_a_state_finally_verifies() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_finished_driver_verifies_and_retires_its_stream_and_the_others_skip_it() {
     let h = Harness::start("retire").await;
-    let none = h.config("none.toml", "[composer]\nkeep_verified = 0\n");
+    // Without the durable consumer: its known 2.15.1 ack-floor skip (after a consumer scale
+    // to R1) fails a check, and a stream whose check failed is not retired.
+    let none = h.config("none.toml", "[composer]\nkeep_verified = 0\n[durable]\nenabled = false\n");
     let (failed, driver) = h.composer("driver", &["--duration", "5s", "--run-id", &h.run_id, "--config", &none]);
     assert!(failed.is_empty(), "{driver}");
     assert_eq!(driver["final_check"]["read"], "held", "the driver read its whole stream back: {driver}");
@@ -131,8 +133,8 @@ async fn a_driver_stopped_by_a_signal_leaves_its_stream_for_eventually() {
 async fn an_unreadable_record_is_skipped_with_an_unreachable_assertion_and_the_rest_verified() {
     let h = Harness::start("badrecord").await;
     let keep = h.config("keep.toml", "[composer]\nretire_verified = false\n");
-    let (failed, _) = h.composer("driver", &["--duration", "4s", "--run-id", &h.run_id, "--config", &keep]);
-    assert!(failed.is_empty());
+    let (_, driver) = h.composer("driver", &["--duration", "4s", "--run-id", &h.run_id, "--config", &keep]);
+    common::assert_passes_but_known_server_issues(&driver, "");
     let garbage = h.dir.path().join("state/streams/torn.json");
     std::fs::write(&garbage, "{\"run_id\": \"torn\", \"seed\": ").unwrap();
     let (failed, report) = h.composer("finally", &[]);
@@ -155,7 +157,9 @@ async fn the_operator_steps_down_running_drivers_leaders_without_a_false_alarm()
     let out = driver.wait_with_output().unwrap();
     assert!(out.status.success());
     let d = h.composer_report("driver");
-    assert_eq!(d["verdict"], "pass", "stepdowns under pipelined publishing raise nothing on a correct server: {d}");
+    // Stepdowns under pipelined publishing raise nothing on a correct server (the durable
+    // consumer may meet the known 2.15.1 ack-floor skip, which the table names).
+    common::assert_passes_but_known_server_issues(&d, "");
 }
 
 /// Run alone (no driver, nothing recorded), the operator still acts: it steps the meta

@@ -305,8 +305,8 @@ async fn a_follower_silently_missing_messages_fails_replicas_agree() {
 async fn deleting_a_recorded_message_fails_the_composer_checks() {
     let h = Harness::start("composer").await;
     let keep = h.config("keep.toml", "[composer]\nretire_verified = false\n");
-    let (failed, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--config", &keep]);
-    assert!(failed.is_empty(), "{driver}");
+    let (_, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--config", &keep]);
+    common::assert_passes_but_known_server_issues(&driver, "");
     assert!(driver["counters"]["last_acked_seq"].as_u64().unwrap() > 500, "{driver}");
     let client = h.client().await;
     api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": 500 })).await;
