@@ -130,6 +130,12 @@ async fn stream_with_messages(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>, n
         assert!(Instant::now() < deadline, "cannot create {name}: {e}");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    // The create is answered before the group has a leader: a publish then finds no
+    // responders (async-nats: "no stream found").
+    while jsapi::stream_info(&client, name, Duration::from_secs(5)).await.ok().and_then(|i| i.view.cluster).and_then(|c| c.leader).is_none_or(|l| l.is_empty()) {
+        assert!(Instant::now() < deadline, "{name} has no leader");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let js = async_nats::jetstream::new(client.clone());
     let mut acks = Vec::new();
     for i in 0..n {
