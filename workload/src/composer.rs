@@ -163,6 +163,8 @@ pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, sou
             Ok(_) => {
                 streams_done += 1;
                 sdk::check(Property::OperatorSteppedDownALeader, true, &json!({ "stream": stream }));
+                // The drivers leave stream stepdowns to this command: it reaches this one too.
+                sdk::hold(Property::StreamLeaderSteppedDown);
             }
             // Under faults a stepdown may find no leader or time out: nothing to judge.
             Err(e) => tracing::info!(%stream, "stepdown not done: {e}"),
