@@ -261,10 +261,7 @@ impl Bench {
         ctx.live.attempt("create stream", &ctx.cancel, create).await.map_err(|e| anyhow::anyhow!("cannot create the bench stream {stream}: {e}"))?;
         // The create is answered before the stream's group has elected a leader; a raw loop
         // publishing at once would meet "no responders", which it does not retry.
-        let led = || async {
-            let info = jsapi::stream_info(&self.client, &stream, Duration::from_secs(5)).await.map_err(|e| e.to_string())?;
-            info.view.cluster.and_then(|c| c.leader).filter(|l| !l.is_empty()).map(|_| ()).ok_or_else(|| "no leader yet".to_string())
-        };
+        let led = || jsapi::stream_leader(&self.client, &stream, Duration::from_secs(5));
         ctx.live.attempt("stream leader", &ctx.cancel, led).await.map_err(|e| anyhow::anyhow!("the bench stream {stream} has no leader: {e}"))?;
         Ok(Arc::new(ctx.with_cancel(&ctx.cancel, true)))
     }

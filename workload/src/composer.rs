@@ -251,14 +251,7 @@ pub async fn operate(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, sour
     }
     cancel.cancel();
     if own {
-        let ctx = ctx.with_cancel(&CancellationToken::new(), true);
-        if let Ok(client) = ctx.connect("delete").await {
-            let api = format!("STREAM.DELETE.{}", ctx.stream);
-            let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
-            if let Err(e) = ctx.live.attempt("delete stream", &ctx.cancel, delete).await {
-                tracing::warn!(stream = %ctx.stream, "the stream operated on could not be deleted: {e}");
-            }
-        }
+        verify::delete_named(&ctx, &ctx.stream, "operated on and deleted").await;
     }
     Ok(json!({ "stream": ctx.stream, "own_stream": own, "operations": ctx.ops.to_json() }))
 }

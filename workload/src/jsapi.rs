@@ -83,6 +83,13 @@ pub async fn stream_info(client: &Client, stream: &str, timeout: Duration) -> Re
 }
 
 /// Stream info that also lists interior deleted sequences.
+/// The stream's leader, or why there is none yet (a create is answered before the group's
+/// election: a publish at once finds no responders).
+pub async fn stream_leader(client: &Client, stream: &str, timeout: Duration) -> Result<String, String> {
+    let info = stream_info(client, stream, timeout).await.map_err(|e| e.to_string())?;
+    info.view.cluster.and_then(|c| c.leader).filter(|l| !l.is_empty()).ok_or_else(|| format!("{stream} has no leader yet"))
+}
+
 pub async fn stream_info_deleted(client: &Client, stream: &str, timeout: Duration) -> Result<StreamInfo, ApiError> {
     stream_info_with(client, stream, &json!({ "deleted_details": true }), timeout).await
 }

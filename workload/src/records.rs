@@ -161,7 +161,7 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir, stop: &tokio_uti
         }
         let (stream, _) = crate::state::names(&r.run_id);
         sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": stream, "last_acked": r.last_acked }));
-        crate::verify::delete_named(ctx, &stream, true).await;
+        crate::verify::delete_named(ctx, &stream, "verified in full and deleted").await;
     }
     check
 }

@@ -207,24 +207,27 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
 /// signal is given by then); `held` says whether its final verification held everywhere
 /// (the log says so). A failure is logged, not judged; returns whether it was deleted.
 pub async fn delete_stream(ctx: &Ctx, held: bool) -> bool {
-    delete_named(ctx, &ctx.stream, held).await
+    let done = if held { "verified in full and deleted" } else { "a check failed: the nodes' state was saved and the stream deleted" };
+    delete_named(ctx, &ctx.stream, done).await
 }
 
-/// [`delete_stream`] for the stream named `stream` (another driver's, retired by this one).
-pub async fn delete_named(ctx: &Ctx, stream: &str, held: bool) -> bool {
+/// [`delete_stream`] for the stream named `stream` (another driver's, retired by this one,
+/// or one an operator command made for itself); `done` is the log line once deleted.
+pub async fn delete_named(ctx: &Ctx, stream: &str, done: &str) -> bool {
     let ctx = ctx.with_cancel(&CancellationToken::new(), true);
     let Ok(client) = ctx.connect("retire").await else { return false };
     let api = format!("STREAM.DELETE.{stream}");
     let delete = || jsapi::request(&client, &api, &Value::Null, ctx.api_timeout());
     match ctx.live.attempt("delete stream", &ctx.cancel, delete).await {
-        Ok(_) if held => tracing::info!(%stream, "verified in full and deleted"),
-        Ok(_) => tracing::warn!(%stream, "a check failed: the nodes' state was saved and the stream deleted"),
+        Ok(_) => {
+            tracing::info!(%stream, "{done}");
+            true
+        }
         Err(e) => {
-            tracing::warn!(%stream, "finished, but the stream could not be deleted: {e}");
-            return false;
+            tracing::warn!(%stream, "the stream could not be deleted: {e}");
+            false
         }
     }
-    true
 }
 
 /// Every node's view of JetStream (`/jsz` with streams, consumers and Raft groups) and its

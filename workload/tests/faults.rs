@@ -132,7 +132,7 @@ async fn stream_with_messages(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>, n
     }
     // The create is answered before the group has a leader: a publish then finds no
     // responders (async-nats: "no stream found").
-    while jsapi::stream_info(&client, name, Duration::from_secs(5)).await.ok().and_then(|i| i.view.cluster).and_then(|c| c.leader).is_none_or(|l| l.is_empty()) {
+    while jsapi::stream_leader(&client, name, Duration::from_secs(5)).await.is_err() {
         assert!(Instant::now() < deadline, "{name} has no leader");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
