@@ -115,7 +115,7 @@ impl Default for AckClock {
 impl AckClock {
     pub fn sample(&mut self, t: f64, acked: u64) {
         self.offered += 1;
-        if (self.offered - 1) % self.every != 0 {
+        if !(self.offered - 1).is_multiple_of(self.every) {
             return;
         }
         self.samples.push((t, acked));

@@ -15,7 +15,6 @@ use crate::state::{names, ClusterAddr, Ctx};
 use crate::verify::{self, first_contact, recovered};
 use properties::operations::OpKind;
 use properties::payload::RunMessages;
-use properties::Property;
 use rand::Rng;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -53,7 +52,7 @@ pub async fn entrypoint(cfg: &Config, cluster: &ClusterAddr, stop: CancellationT
 fn readable_records(state: &StateDir) -> anyhow::Result<Vec<Record>> {
     let (records, bad) = state.records()?;
     for b in bad {
-        sdk::check(Property::DriverRecordUnreadable, true, &json!({ "file": b.file, "error": b.error }));
+        sdk::check!(Property::DriverRecordUnreadable, true, &json!({ "file": b.file, "error": b.error }));
     }
     Ok(records)
 }
@@ -119,7 +118,7 @@ pub async fn watch_at_rest(cfg: &Config, cluster: &ClusterAddr, state: &StateDir
         judged += usize::from(outcome.is_some_and(|o| o != properties::Outcome::Unknown));
         summaries.push(json!({ "stream": ctx.stream, "last_acked": r.last_acked, "stream_state": outcome.map_or(json!("retired"), |o| json!(o)) }));
     }
-    sdk::check(Property::AnytimeJudgedAFinishedStream, judged > 0, &json!({ "finished_streams": summaries.len(), "judged": judged }));
+    sdk::check!(Property::AnytimeJudgedAFinishedStream, judged > 0, &json!({ "finished_streams": summaries.len(), "judged": judged }));
     Ok(summaries)
 }
 
@@ -148,7 +147,7 @@ pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, sou
             match jsapi::request(system, "META.LEADER.STEPDOWN", &Value::Null, ctx.api_timeout()).await {
                 Ok(_) => {
                     meta_done += 1;
-                    sdk::hold(Property::MetaLeaderSteppedDown);
+                    sdk::hold!(Property::MetaLeaderSteppedDown);
                 }
                 Err(e) => tracing::info!("meta stepdown not done: {e}"),
             }
@@ -162,9 +161,9 @@ pub async fn operator(cfg: &Config, cluster: &ClusterAddr, state: &StateDir, sou
         match jsapi::request(&client, &format!("STREAM.LEADER.STEPDOWN.{stream}"), &Value::Null, ctx.api_timeout()).await {
             Ok(_) => {
                 streams_done += 1;
-                sdk::check(Property::OperatorSteppedDownALeader, true, &json!({ "stream": stream }));
+                sdk::check!(Property::OperatorSteppedDownALeader, true, &json!({ "stream": stream }));
                 // The drivers leave stream stepdowns to this command: it reaches this one too.
-                sdk::hold(Property::StreamLeaderSteppedDown);
+                sdk::hold!(Property::StreamLeaderSteppedDown);
             }
             // Under faults a stepdown may find no leader or time out: nothing to judge.
             Err(e) => tracing::info!(%stream, "stepdown not done: {e}"),

@@ -5,7 +5,6 @@
 use crate::sdk;
 use crate::state::{Ctx, Stats, Suspect};
 use crate::verify::{final_verification, FinalCheck};
-use properties::Property;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::PathBuf;
@@ -160,7 +159,7 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir, stop: &tokio_uti
             continue;
         }
         let (stream, _) = crate::state::names(&r.run_id);
-        sdk::check(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": stream, "last_acked": r.last_acked }));
+        sdk::check!(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": stream, "last_acked": r.last_acked }));
         crate::verify::delete_named(ctx, &stream, "verified in full and deleted").await;
     }
     check
@@ -193,7 +192,7 @@ pub fn prune_oldest(runs: &std::path::Path, keep: usize) -> usize {
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().to_string();
-            let millis = name.rsplitn(3, '-').nth(1)?.parse().ok()?;
+            let millis = name.rsplit('-').nth(1)?.parse().ok()?;
             (!name.starts_with("entrypoint-")).then(|| (millis, e.path()))
         })
         .collect();

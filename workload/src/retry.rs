@@ -15,6 +15,19 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// A window's verdict on its liveness property, from this file's line: every bounded-window
+/// property goes through here (see `sdk::check!` for a property known at run time).
+macro_rules! window_verdict {
+    ($p:expr, $held:expr, $details:expr) => {
+        sdk::check!($p => [
+            Property::PublishEventuallyAcked, Property::ConsumerEventuallyCatchesUp, Property::DurableEventuallyCatchesUp,
+            Property::DurableReplicasAgreeAtRest, Property::ScaleEventuallySettles, Property::MoveEventuallySettles,
+            Property::PeerRemovalEventuallyReplaced, Property::StepdownEventuallyElects,
+            Property::ConsumerScaleEventuallySettles, Property::ClusterEventuallyHealthy,
+        ], $held, $details)
+    };
+}
+
 /// Shared by every driver: the window settings, a clock origin and the quiet-period hook.
 #[derive(Clone)]
 pub struct Liveness {
@@ -127,7 +140,7 @@ impl Liveness {
                 Ok(t) => {
                     match (window, property) {
                         (Some(w), _) => w.succeeded(),
-                        (None, Some(p)) => sdk::check(p, true, &json!({ "op": op, "failures": 0 })),
+                        (None, Some(p)) => window_verdict!(p, true, &json!({ "op": op, "failures": 0 })),
                         (None, None) => {}
                     }
                     return Ok(t);
@@ -191,7 +204,7 @@ impl OpenWindow<'_> {
             Step::Retry(p) | Step::QuietStarted(p) => p,
             Step::Expired(elapsed) => {
                 if let Some(p) = self.property {
-                    sdk::check(p, false, &json!({
+                    window_verdict!(p, false, &json!({
                         "op": self.op, "elapsed_s": elapsed.as_secs_f64(), "failures": self.window.failures(), "last_error": error }));
                 }
                 return false;
@@ -216,7 +229,7 @@ impl OpenWindow<'_> {
     /// The operation succeeded inside the window.
     pub fn succeeded(self) {
         if let Some(p) = self.property {
-            sdk::check(p, true, &json!({ "op": self.op, "elapsed_s": self.elapsed().as_secs_f64(), "failures": self.window.failures() }));
+            window_verdict!(p, true, &json!({ "op": self.op, "elapsed_s": self.elapsed().as_secs_f64(), "failures": self.window.failures() }));
         }
     }
 }

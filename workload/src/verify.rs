@@ -170,7 +170,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
     let stream = judge_stream(&ctx, &client, last_acked, &cancel, &|| true).await.unwrap_or(Outcome::Unknown);
     let mut check = FinalCheck { healthy: true, stream, ..FinalCheck::unknown(last_acked) };
     if check.stream == Outcome::Failed && stream_gone(&ctx, &client).await {
-        sdk::check(Property::AckedMessageNeverLost, false, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked,
+        sdk::check!(Property::AckedMessageNeverLost, false, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked,
             "observed_by": "final verification: the stream no longer exists, so no acknowledged message can be read back" }));
         ctx.record_lost(1, last_acked);
         check.read = Outcome::Failed;
@@ -192,7 +192,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
             "problem": "the final read could not reach the last ack within a liveness window without progress" }));
         Outcome::Unknown
     } else if check.verified >= last_acked {
-        sdk::hold(Property::AckedMessageNeverLost); // every ack read back, verified
+        sdk::hold!(Property::AckedMessageNeverLost); // every ack read back, verified
         Outcome::Held
     } else {
         Outcome::Failed // the missing ones were judged (and reported) as they were skipped

@@ -15,9 +15,10 @@ const FAR_BEHIND: u64 = 10_000;
 /// of time WITHOUT PROGRESS: every message read starts the window over, so a long read
 /// that keeps moving never runs out.
 pub struct CatchUp<'a> {
-    /// The liveness property judged, and the numeric guidance for the lag (if any).
+    /// The liveness property judged, and whether the lag is numeric guidance
+    /// (`consumer-fell-far-behind`, the ordered reader's).
     property: Property,
-    far_behind: Option<Property>,
+    far_behind: bool,
     target: Option<(u64, OpenWindow<'a>)>,
     /// Consumed at the last tick, and the other measure of progress then (see [`CatchUp::tick`]).
     seen: u64,
@@ -29,7 +30,7 @@ pub struct CatchUp<'a> {
 }
 
 impl<'a> CatchUp<'a> {
-    pub fn new(property: Property, far_behind: Option<Property>) -> Self {
+    pub fn new(property: Property, far_behind: bool) -> Self {
         Self { property, far_behind, target: None, seen: 0, seen_other: 0, consumer: json!(null) }
     }
 
@@ -54,7 +55,7 @@ impl<'a> CatchUp<'a> {
         self.seen_other = other;
         if let Some((target, w)) = &self.target {
             if consumed >= *target {
-                sdk::check(self.property, true, &json!({ "target": target, "elapsed_s": w.elapsed().as_secs_f64() }));
+                sdk::check!(self.property => [Property::ConsumerEventuallyCatchesUp, Property::DurableEventuallyCatchesUp], true, &json!({ "target": target, "elapsed_s": w.elapsed().as_secs_f64() }));
                 self.target = None;
             }
         }
@@ -62,8 +63,8 @@ impl<'a> CatchUp<'a> {
             Until::Cancelled => {
                 let last = Stats::get(&ctx.stats.last_acked_seq);
                 let lag = last.saturating_sub(consumed);
-                if let Some(p) = self.far_behind {
-                    sdk::above(p, lag, FAR_BEHIND, &json!({ "lag": lag, "consumed": consumed }));
+                if self.far_behind {
+                    sdk::above!(Property::ConsumerFellFarBehind, lag, FAR_BEHIND, &json!({ "lag": lag, "consumed": consumed }));
                 }
                 last
             }
@@ -83,7 +84,7 @@ impl<'a> CatchUp<'a> {
             Step::Retry(_) => Tick::Go,
             Step::QuietStarted(_) => Tick::Stalled { target: *target },
             Step::Expired(elapsed) => {
-                sdk::check(self.property, false, &json!({
+                sdk::check!(self.property => [Property::ConsumerEventuallyCatchesUp, Property::DurableEventuallyCatchesUp], false, &json!({
                     "target": *target, "consumed": consumed, "without_progress_s": elapsed.as_secs_f64(), "consumer": self.consumer }));
                 Stats::add(&ctx.stats.liveness_windows_expired, 1);
                 self.target = None;

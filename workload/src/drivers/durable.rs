@@ -80,7 +80,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
     tracing::info!(replicas, "durable consumer created");
     let cap = ctx.cfg.durable.acks_in_flight;
     let mut acks = FuturesUnordered::new();
-    let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, None);
+    let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, false);
     let mut poll = tokio::time::interval(POLL);
     // A look can wait 5 s for a stopped server; the ticks missed meanwhile are not made up in
     // a burst of looks, each of which could wait as long again while deliveries pile up.
@@ -153,8 +153,8 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                             }
                             if leader.as_ref().is_some_and(|l| Some(l) != now.as_ref()) {
                                 let details = json!({ "from": leader, "to": now, "acks_in_flight": acks.len() });
-                                sdk::check(Property::DurableLeaderChangedWithAcksInFlight, !acks.is_empty(), &details);
-                                sdk::above(Property::DurableLeaderChangedWithManyAcksInFlight, acks.len() as u64, 32, &details);
+                                sdk::check!(Property::DurableLeaderChangedWithAcksInFlight, !acks.is_empty(), &details);
+                                sdk::above!(Property::DurableLeaderChangedWithManyAcksInFlight, acks.len() as u64, 32, &details);
                             }
                             leader = now;
                         }
@@ -203,15 +203,15 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         None => continue 'consumer,
                     };
                     let Ok(info) = msg.info() else {
-                        sdk::violation(&Violation::new(Property::DurableContentMatchesPublish, json!({
-                            "problem": "delivered message has no JetStream metadata", "subject": msg.subject.as_str() })));
+                        sdk::check!(Property::DurableContentMatchesPublish, false, &json!({
+                            "problem": "delivered message has no JetStream metadata", "subject": msg.subject.as_str() }));
                         continue;
                     };
                     let (seq, delivered) = (info.stream_sequence, info.delivered.max(0) as u64);
                     let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str());
                     let violations = ledger.on_delivery(seq, header(MSG_ID_HEADER), header(CHECKSUM_HEADER), &msg.payload);
                     if violations.is_empty() {
-                        sdk::hold(Property::DurableContentMatchesPublish);
+                        sdk::hold!(Property::DurableContentMatchesPublish);
                     }
                     violations.iter().for_each(|v| {
                         judge.report_undone(ctx, v);
@@ -241,7 +241,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         // much sooner is a replay, not the server honouring the missing ack.
                         let since = ctx.live.now().saturating_sub(skipped[i].1);
                         let redelivered = delivered > 1 && since >= ctx.cfg.durable.ack_wait / 2;
-                        sdk::check(Property::DurableRedeliveredAfterUnacked, redelivered, &json!({ "seq": seq, "delivered": delivered, "since_left_ms": since.as_millis() as u64 }));
+                        sdk::check!(Property::DurableRedeliveredAfterUnacked, redelivered, &json!({ "seq": seq, "delivered": delivered, "since_left_ms": since.as_millis() as u64 }));
                         skipped.swap_remove(i);
                     } else if skipped.len() < 64 {
                         if until_skip == 0 {
@@ -335,7 +335,7 @@ impl FloorJudge {
         }
         let mut v = v.clone();
         v.details["consumer_at_last_look"] = self.last_look.clone();
-        sdk::violation(&v);
+        sdk::violation!(&v, [Property::DurableAckNeverUndone, Property::DurableNothingSkipped, Property::DurableContentMatchesPublish]);
         false
     }
 
@@ -388,8 +388,8 @@ impl FloorJudge {
             None => {
                 self.floor.reset();
                 ctx.suspicions.close(Suspect::DurableAckFloor);
-                sdk::hold(Property::DurableAckNeverUndone);
-                sdk::hold(Property::DurableNothingSkipped);
+                sdk::hold!(Property::DurableAckNeverUndone);
+                sdk::hold!(Property::DurableNothingSkipped);
             }
             Some(mut v) => {
                 v.details["leader"] = json!(leader);
@@ -537,7 +537,7 @@ async fn replicas_at_rest(ctx: &Ctx, client: &async_nats::Client) -> Outcome {
         let look = compare_replicas(ctx, client, &mut probe).await;
         if let Ok(states) = &look {
             if properties::durable::replicas_at_rest(&states[0], &states[1..]).is_ok() {
-                sdk::hold(Property::DurableReplicasAgreeAtRest);
+                sdk::hold!(Property::DurableReplicasAgreeAtRest);
                 return Outcome::Held;
             }
         }
@@ -549,7 +549,7 @@ async fn replicas_at_rest(ctx: &Ctx, client: &async_nats::Client) -> Outcome {
     match last {
         Ok(states) => {
             let differ = properties::durable::replicas_at_rest(&states[0], &states[1..]).err();
-            sdk::check(Property::DurableReplicasAgreeAtRest, false, &json!({ "leader": states[0], "differ": differ,
+            sdk::check!(Property::DurableReplicasAgreeAtRest, false, &json!({ "leader": states[0], "differ": differ,
                 "problem": "replicas of the durable consumer still store another delivered sequence or ack floor than its leader after a liveness window at rest" }));
             Outcome::Failed
         }

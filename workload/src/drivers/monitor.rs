@@ -112,7 +112,7 @@ impl StreamWatch {
                 l.clone_from(&leader);
             }
             if let Some(changes) = self.churn.saw(now, &leader) {
-                sdk::above(Property::StreamLeaderChangedRepeatedly, changes, 3, &json!({ "stream": ctx.stream, "leader": leader, "changes_in_last_minute": changes }));
+                sdk::above!(Property::StreamLeaderChangedRepeatedly, changes, 3, &json!({ "stream": ctx.stream, "leader": leader, "changes_in_last_minute": changes }));
             }
             if leader.is_empty() {
                 // A leaderless stream's info carries no trustworthy state: judge nothing.
@@ -166,7 +166,7 @@ fn judge(ctx: &Ctx, c: &mut Confirm, now: Duration, bad: bool, what: Suspect, p:
     match c.observe(now, bad) {
         Confirmation::Good => {
             ctx.suspicions.close(what);
-            sdk::hold(p);
+            sdk::check!(p => [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost, Property::ReplicasAgree], true, &Value::Null);
             Look::Whole
         }
         Confirmation::Pending { ask_quiet } => {
@@ -179,7 +179,7 @@ fn judge(ctx: &Ctx, c: &mut Confirm, now: Duration, bad: bool, what: Suspect, p:
         Confirmation::Confirmed { bad_for } => {
             ctx.suspicions.close(what);
             details["confirmed_for_s"] = json!(bad_for.as_secs_f64());
-            sdk::check(p, false, &details);
+            sdk::check!(p => [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost, Property::ReplicasAgree], false, &details);
             c.reset();
             Look::Reported
         }
@@ -245,7 +245,7 @@ pub async fn judge_replicas_at_rest(ctx: &Ctx, client: &async_nats::Client, canc
         // Still behind a stream nobody writes to after a whole window: they never caught up.
         ReplicaLook::Compared { leader, followers, agreement: Agreement::Lagging { nodes } } => {
             ctx.suspicions.close(Suspect::ReplicasDisagree);
-            sdk::violation(&never_caught_up(&leader, &followers, &nodes));
+            sdk::violation!(&never_caught_up(&leader, &followers, &nodes), [Property::ReplicasAgree]);
             Some(Outcome::Failed)
         }
         other => {

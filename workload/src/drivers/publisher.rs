@@ -70,8 +70,8 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
                             w.succeeded();
                             let leader = ctx.view.stream_leader();
                             let details = json!({ "index": index, "duplicate": duplicate, "leader_then": leader_at_rewind, "leader_now": leader });
-                            sdk::check(Property::PublishRetryGotDuplicateAck, duplicate, &details);
-                            sdk::check(Property::AckAcrossLeaderChange, leader.is_some() && leader_at_rewind.is_some() && leader != leader_at_rewind, &details);
+                            sdk::check!(Property::PublishRetryGotDuplicateAck, duplicate, &details);
+                            sdk::check!(Property::AckAcrossLeaderChange, leader.is_some() && leader_at_rewind.is_some() && leader != leader_at_rewind, &details);
                         }
                         continue;
                     }
@@ -89,9 +89,9 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
             leader_at_rewind = ctx.view.stream_leader();
         }
         match failure.kind {
-            Some(PublishErrorKind::StreamNotFound) => sdk::hold(Property::PublishRetriedAfterNoResponders),
-            Some(PublishErrorKind::TimedOut) => sdk::hold(Property::PublishRetriedAfterTimeout),
-            _ if failure.error.contains("10158") => sdk::hold(Property::PublishRetriedWhileInProcess),
+            Some(PublishErrorKind::StreamNotFound) => sdk::hold!(Property::PublishRetriedAfterNoResponders),
+            Some(PublishErrorKind::TimedOut) => sdk::hold!(Property::PublishRetriedAfterTimeout),
+            _ if failure.error.contains("10158") => sdk::hold!(Property::PublishRetriedWhileInProcess),
             _ => {}
         }
         tracing::debug!(index = next_send, error = %failure.error, "publish failed; resending from the first unconfirmed message");
@@ -124,9 +124,10 @@ fn judge_late(ctx: &Ctx, ledger: &PublishLedger, behind: &mut Confirm, index: u6
         Ok(ack) if ack.stream == ctx.stream => {
             Stats::add(&ctx.stats.late_acks, 1);
             match ledger.on_late_ack(index, ack.sequence, ack.duplicate) {
-                LateAck::Consistent => sdk::hold(if ack.duplicate { Property::PublishDuplicateAckOriginalSequence } else { Property::PublishAckGapFree }),
+                LateAck::Consistent if ack.duplicate => sdk::hold!(Property::PublishDuplicateAckOriginalSequence),
+                LateAck::Consistent => sdk::hold!(Property::PublishAckGapFree),
                 LateAck::Unjudged => {}
-                LateAck::Violation(v) => sdk::violation(&v),
+                LateAck::Violation(v) => sdk::violation!(&v, [Property::PublishAckGapFree, Property::PublishDuplicateAckOriginalSequence, Property::AckedMessageNeverLost]),
             }
         }
         Ok(_) => {} // another stream's: nothing about ours
@@ -207,15 +208,15 @@ async fn judge(
         return Err(Failure { error: format!("ack from stream {:?}, not {:?}", ack.stream, ctx.stream), kind: None });
     }
     match ledger.on_ack(index, ack.sequence, ack.duplicate) {
-        AckVerdict::Fresh => sdk::hold(Property::PublishAckGapFree),
+        AckVerdict::Fresh => sdk::hold!(Property::PublishAckGapFree),
         AckVerdict::Duplicate => {
             Stats::add(&ctx.stats.duplicate_acks, 1);
-            sdk::hold(Property::PublishDuplicateAckOriginalSequence);
+            sdk::hold!(Property::PublishDuplicateAckOriginalSequence);
         }
         AckVerdict::Unknown => {
             return Err(Failure { error: "duplicate ack without a sequence (original still in flight)".into(), kind: None })
         }
-        AckVerdict::Violation(v) => sdk::violation(&v),
+        AckVerdict::Violation(v) => sdk::violation!(&v, [Property::PublishAckGapFree, Property::PublishDuplicateAckOriginalSequence, Property::AckedMessageNeverLost]),
     }
     behind_refuted(ctx, behind);
     Stats::add(&ctx.stats.acked, 1);
@@ -233,7 +234,7 @@ async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &Publis
         Rejection::Transient => behind_refuted(ctx, behind),
         Rejection::Behind => match behind.observe(ctx.live.now(), true) {
             Confirmation::Confirmed { bad_for } => {
-                sdk::violation(&ledger.stream_behind(index, last, bad_for.as_secs_f64()));
+                sdk::violation!(&ledger.stream_behind(index, last, bad_for.as_secs_f64()), [Property::AckedMessageNeverLost]);
                 behind_refuted(ctx, behind);
             }
             Confirmation::Pending { ask_quiet } => {
@@ -252,7 +253,7 @@ async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &Publis
                     let id = msg.headers.get(MSG_ID_HEADER).map(|v| v.as_str().to_string());
                     let occupant_index = id.as_deref().and_then(|id| ctx.run.index_of(id));
                     match ledger.judge_occupant(index, seq, occupant_index, id.as_deref()) {
-                        Some(v) => sdk::violation(&v),
+                        Some(v) => sdk::violation!(&v, [Property::PublishAckGapFree]),
                         None => Stats::add(&ctx.stats.dedup_lagged, 1),
                     }
                 }

@@ -37,7 +37,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
     let client = ctx.connect("reader").await?;
     let js = jetstream::ContextBuilder::new().timeout(ctx.api_timeout()).build(client.clone());
     let mut verifier = ReadVerifier::new(ctx.run.clone(), 1);
-    let mut catch_up = CatchUp::new(Property::ConsumerEventuallyCatchesUp, Some(Property::ConsumerFellFarBehind));
+    let mut catch_up = CatchUp::new(Property::ConsumerEventuallyCatchesUp, true);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
 
     'consumer: loop {
@@ -129,7 +129,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     (info.stream_sequence, if from_start { Delivery::FirstFromStart } else { Delivery::InOrder })
                 }
                 Err(e) => {
-                    sdk::check(Property::ReadOnlyPublishedMessages, false, &json!({
+                    sdk::check!(Property::ReadOnlyPublishedMessages, false, &json!({
                         "problem": "delivered message has no JetStream metadata", "error": e.to_string(),
                         "subject": msg.subject.as_str() }));
                     continue;
@@ -139,22 +139,22 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
             match verifier.check(seq, delivery, header(MSG_ID_HEADER), header(CHECKSUM_HEADER), &msg.payload) {
                 ReadOutcome::Verified => {
                     Stats::add(verified, 1);
-                    for p in [Property::ReadSequenceGapFree, Property::ReadContentMatchesPublish, Property::ReadOnlyPublishedMessages] {
-                        sdk::hold(p);
-                    }
+                    sdk::hold!(Property::ReadSequenceGapFree);
+                    sdk::hold!(Property::ReadContentMatchesPublish);
+                    sdk::hold!(Property::ReadOnlyPublishedMessages);
                     if done(ctx, until, &verifier) {
                         return Ok(verifier.next_seq());
                     }
                 }
-                ReadOutcome::Violations(vs) => vs.iter().for_each(sdk::violation),
+                ReadOutcome::Violations(vs) => vs.iter().for_each(|v| sdk::violation!(v, [Property::ReadSequenceGapFree, Property::ReadContentMatchesPublish, Property::ReadOnlyPublishedMessages, Property::AckedMessageNeverLost])),
                 ReadOutcome::Behind { seq, violation } => {
                     if let Some(v) = violation {
-                        sdk::violation(&v);
+                        sdk::violation!(&v, [Property::ReadSequenceGapFree, Property::ReadContentMatchesPublish, Property::ReadOnlyPublishedMessages, Property::AckedMessageNeverLost]);
                     }
                     // The client restarted a consumer that had delivered nothing from the
                     // stream's start: fine only if `seq` is where the stream starts.
                     if let Some(first) = stream_start_other_than(ctx, &client, seq).await {
-                        sdk::violation(&verifier.not_the_stream_start(seq, first));
+                        sdk::violation!(&verifier.not_the_stream_start(seq, first), [Property::ReadSequenceGapFree]);
                     }
                     // Resume ours where the reader is.
                     Stats::add(&ctx.stats.redeliveries, 1);
@@ -166,7 +166,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                         None => {} // could not observe: no judgment, read the gap again
                         Some(Found { lookup, .. }) => {
                             let last_acked = Stats::get(&ctx.stats.last_acked_seq);
-                            sdk::violation(&judge_missing(from, to, lookup, last_acked));
+                            sdk::violation!(&judge_missing(from, to, lookup, last_acked), [Property::ReadSequenceGapFree, Property::AckedMessageNeverLost]);
                             if lookup == Lookup::Absent {
                                 ctx.record_lost(from, to.min(last_acked));
                                 verifier.skip_to(to + 1);
@@ -192,7 +192,7 @@ fn done(ctx: &Ctx, until: Until, verifier: &ReadVerifier) -> bool {
 fn recreated(ctx: &Ctx, why: &str) {
     tracing::debug!(why, "recreating the ordered consumer");
     Stats::add(&ctx.stats.consumer_recreates, 1);
-    sdk::hold(Property::ConsumerRecreated);
+    sdk::hold!(Property::ConsumerRecreated);
 }
 
 /// The stream's first sequence when it is not `seq` (sequence 1 always is, as far as this
@@ -280,7 +280,7 @@ async fn tail_look_up(ctx: &Ctx, client: &async_nats::Client, verifier: &mut Rea
     v.details["stream_first_seq"] = json!(stream_first);
     v.details["stream_last_seq"] = json!(stream_last);
     v.details["observed_by"] = json!("the reader stalled below its target and looked its next sequence up");
-    sdk::violation(&v);
+    sdk::violation!(&v, [Property::ReadSequenceGapFree, Property::AckedMessageNeverLost]);
     ctx.record_lost(next, to.min(last_acked));
     verifier.skip_to(to + 1);
 }

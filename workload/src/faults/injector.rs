@@ -17,7 +17,6 @@ use crate::faults::docker::DockerNodes;
 use crate::round::Round;
 use crate::faults::targets;
 use crate::view::{ClusterView, Role};
-use properties::Property;
 use nix::sys::signal::Signal;
 use crate::random::{Chooser, Source};
 use rand::{seq::SliceRandom, Rng};
@@ -611,7 +610,7 @@ impl Injector {
         match touched {
             Ok(touched) => {
                 let details = json!({ "kind": kind, "node": name, "touched": touched });
-                crate::sdk::check(Property::DiskFaultHitAStreamFile, touched.iter().any(|t| t.stream_file), &details);
+                crate::sdk::check!(Property::DiskFaultHitAStreamFile, touched.iter().any(|t| t.stream_file), &details);
                 json!({ "touched": touched })
             }
             Err(e) => json!({ "error": e.to_string() }),
@@ -637,7 +636,7 @@ impl Injector {
         let stream_dir = format!("streams/{}/", self.stream());
         let hit = lost.values().flat_map(|l| &l.files).any(|f| f.contains(&stream_dir) || f.contains("_js_/S-"));
         let details = json!({ "nodes": nodes, "lost": lost });
-        crate::sdk::check(Property::DiskFaultHitAStreamFile, hit, &details);
+        crate::sdk::check!(Property::DiskFaultHitAStreamFile, hit, &details);
         json!({ "lost": lost })
     }
 
@@ -697,7 +696,7 @@ impl Injector {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             let details = json!({ "node": name, "after_s": started.elapsed().as_secs_f64(), "last_problem": last });
-            crate::sdk::check(Property::NodeCameBackAfterDiskFault, last.is_empty(), &details);
+            crate::sdk::check!(Property::NodeCameBackAfterDiskFault, last.is_empty(), &details);
         });
     }
 

@@ -10,7 +10,6 @@
 //! until it holds for a whole hold) at most once per liveness window. A confirmation that
 //! is refused goes on under faults: it still needs every answer bad for the whole hold.
 
-use properties::Property;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,7 +70,7 @@ impl QuietRequests {
             t.last_confirming = Some(now);
         }
         if why == Why::WindowQuietPoint {
-            crate::sdk::hold(Property::QuietPeriodRequested);
+            crate::sdk::hold!(Property::QuietPeriodRequested);
         }
         t.granted += 1;
         let until = now + quiet;

@@ -44,7 +44,7 @@ pub async fn stepdown(ctx: &Ctx, client: &async_nats::Client, wait: bool) -> Opt
     if !send(ctx, op, Property::StepdownEventuallyElects, json!({ "peers": before }), request).await? {
         return Some(());
     }
-    sdk::hold(Property::ConsumerLeaderSteppedDown);
+    sdk::hold!(Property::ConsumerLeaderSteppedDown);
     if wait {
         wait_settled(ctx, client, op, Property::StepdownEventuallyElects, &before, None).await;
     }
@@ -128,7 +128,7 @@ pub async fn note_stream_scale_down(ctx: &Ctx, client: &async_nats::Client, stre
     let stream_leader = peers(stream).into_iter().next();
     let consumer_peers = peers(&consumer);
     let elsewhere = consumer_peers.len() == 1 && stream_leader.is_some() && consumer_peers.first() != stream_leader.as_ref();
-    sdk::check(Property::StreamScaledDownPastAnR1Consumer, elsewhere, &json!({ "stream_leader": stream_leader, "consumer_peers": consumer_peers }));
+    sdk::check!(Property::StreamScaledDownPastAnR1Consumer, elsewhere, &json!({ "stream_leader": stream_leader, "consumer_peers": consumer_peers }));
 }
 
 /// Waits until the stream and the consumer have both settled (and the consumer left

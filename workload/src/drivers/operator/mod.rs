@@ -264,14 +264,14 @@ impl PlacementJudge {
             Outcome::Held => {
                 self.violated_since = None;
                 if view.config.placement.is_set() {
-                    sdk::check(Property::PlacementHonoured, true, &json!({ "placement": view.config.placement }));
+                    sdk::check!(Property::PlacementHonoured, true, &json!({ "placement": view.config.placement }));
                 }
             }
             Outcome::Unknown => tracing::debug!("placement not judged: {why}"),
             Outcome::Failed => {
                 let since = *self.violated_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= PLACEMENT_GRACE {
-                    sdk::check(Property::PlacementHonoured, false, &json!({ "stream": ctx.stream, "placement": view.config.placement,
+                    sdk::check!(Property::PlacementHonoured, false, &json!({ "stream": ctx.stream, "placement": view.config.placement,
                         "peers": peers(view), "problem": why, "settled_for_s": since.elapsed().as_secs_f64() }));
                     self.violated_since = None; // the next report needs another whole grace
                 }
@@ -398,9 +398,9 @@ fn fault_starts(ctx: &Ctx) -> usize {
 /// still settling is the interesting case), and whether the durable consumer was behind.
 pub fn note_settling(ctx: &Ctx, info: &StreamInfoView, op: OpKind) {
     let unsettled = settled(info, info.config.num_replicas).err();
-    sdk::check(Property::OperationWhileAnotherSettling, unsettled.is_some(), &json!({ "op": op.id(), "unsettled": unsettled }));
+    sdk::check!(Property::OperationWhileAnotherSettling, unsettled.is_some(), &json!({ "op": op.id(), "unsettled": unsettled }));
     if ctx.cfg.durable.enabled {
         let lag = Stats::get(&ctx.stats.last_acked_seq).saturating_sub(Stats::get(&ctx.stats.durable_received));
-        sdk::check(Property::DurableOperatedWhileBehind, lag > 0, &json!({ "op": op.id(), "lag": lag }));
+        sdk::check!(Property::DurableOperatedWhileBehind, lag > 0, &json!({ "op": op.id(), "lag": lag }));
     }
 }

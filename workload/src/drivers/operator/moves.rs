@@ -60,13 +60,13 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, rng: &mut Chooser, can
         return Some(());
     }
     ctx.view.peers_changing(); // a strike aligned with the move
-    sdk::check(Property::MovedWhileANodeWasDown, !sick.is_empty(), &json!({ "to": to, "unhealthy": sick }));
+    sdk::check!(Property::MovedWhileANodeWasDown, !sick.is_empty(), &json!({ "to": to, "unhealthy": sick }));
     if cancel_moves && rng.chance("cancel the move", ctx.cfg.operator.cancel_move_probability) {
         let (api, body) = (format!("STREAM.CANCEL_MOVE.{}", ctx.stream), json!({}));
         let cancel = || jsapi::request(client, &api, &body, timeout);
         // Refused when the move has finished already.
         if send(ctx, OpKind::CancelMove, Property::MoveEventuallySettles, json!({ "to": to }), cancel).await? {
-            sdk::hold(Property::MoveCancelled);
+            sdk::hold!(Property::MoveCancelled);
         }
     }
     if wait {

@@ -74,7 +74,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
         return Some(());
     }
     ctx.view.peers_changing(); // a strike aligned with the change of peers
-    sdk::check(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
+    sdk::check!(Property::PeerRemovedWhileANodeWasDown, !sick.is_empty(), &json!({ "op": op.id(), "peer": peer, "unhealthy": sick }));
     if wait {
         // A membership fault that takes another of the stream's servers out meanwhile may
         // undo this removal (docs/operations.md, "An evacuation undone by a later removal"): counted.

@@ -82,7 +82,7 @@ impl Scaler {
                 return Some(());
             }
             scale(ctx, client, target, timeout).await?;
-            sdk::hold(Property::ScaleRequestedBackToBack);
+            sdk::hold!(Property::ScaleRequestedBackToBack);
             note_transition(ctx, first, target).await;
         }
         if rng.chance("wait until settled", self.wait_probability) {
@@ -96,13 +96,13 @@ impl Scaler {
 /// they happen is what Antithesis sees.
 async fn note_transition(ctx: &Ctx, from: usize, to: usize) {
     let details = json!({ "from": from, "to": to });
-    sdk::check(Property::StreamScaledDownToR1, from > 1 && to == 1, &details);
-    sdk::check(Property::StreamScaledUpFromR1, from == 1 && to > 1, &details);
+    sdk::check!(Property::StreamScaledDownToR1, from > 1 && to == 1, &details);
+    sdk::check!(Property::StreamScaledUpFromR1, from == 1 && to > 1, &details);
     if to == 1 && !ctx.cluster.monitor_urls.is_empty() {
         let sick = unhealthy(&http_client(), &ctx.cluster.monitor_urls).await;
         let details = json!({ "from": from, "unhealthy": sick });
-        sdk::check(Property::ScaleToR1WhileANodeWasDown, !sick.is_empty(), &details);
-        sdk::above(Property::ScaleToR1WithSeveralNodesDown, sick.len() as u64, 1, &details);
+        sdk::check!(Property::ScaleToR1WhileANodeWasDown, !sick.is_empty(), &details);
+        sdk::above!(Property::ScaleToR1WithSeveralNodesDown, sick.len() as u64, 1, &details);
     }
 }
 
@@ -169,11 +169,11 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
     }
     let ms = started.elapsed().as_millis() as u64;
     let slow = ctx.cfg.liveness.slow_settle().as_millis() as u64;
-    sdk::above(Property::ScaleSettledSlowly, ms, slow, &json!({ "replicas": replicas, "settle_ms": ms }));
+    sdk::above!(Property::ScaleSettledSlowly, ms, slow, &json!({ "replicas": replicas, "settle_ms": ms }));
     Stats::add(&ctx.stats.scales_settled, 1);
     Stats::add(&ctx.stats.settle_ms_total, ms);
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
-    sdk::hold(Property::ScaleWaitedUntilSettled);
+    sdk::hold!(Property::ScaleWaitedUntilSettled);
     ctx.ops.record(ctx, OpKind::Scale, "settled", json!({ "replicas": replicas, "settle_ms": ms }));
     // Settled means the requested count of peers, all current: that is the effect.
     ctx.ops.count(OpKind::Scale, |c| {

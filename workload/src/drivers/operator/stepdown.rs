@@ -42,7 +42,7 @@ async fn finish(ctx: &Ctx, client: &async_nats::Client, op: OpKind, reached: Pro
     if !accepted {
         return Some(());
     }
-    sdk::hold(reached);
+    sdk::check!(reached => [Property::MetaLeaderSteppedDown, Property::StreamLeaderSteppedDown], true, &Value::Null);
     if wait {
         // Settled needs a stream leader, and healthy nodes a meta leader.
         wait_settled(ctx, client, op, Property::StepdownEventuallyElects, before, |_| Ok(())).await;
