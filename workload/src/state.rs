@@ -44,7 +44,7 @@ pub struct Ctx {
     pub ops: Arc<OpTally>,
     /// The durable consumer's ledger and floor judge, handed over when its driver stops
     /// (for the final verification).
-    pub durable: Arc<Mutex<Option<crate::drivers::durable::Handover>>>,
+    pub durable: Arc<Mutex<Option<properties::durable::Handover>>>,
     /// Acknowledged sequences a read confirmed gone (for the report's ok / lost / unknown).
     pub lost: Arc<Mutex<properties::ranges::Ranges>>,
 }

@@ -20,8 +20,8 @@ use crate::state::{Ctx, Stats, Suspect};
 use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
-use properties::confirm::{Confirm, Confirmation};
-use properties::durable::{AckClock, ConsumerReplica, DurableLedger, Redeliveries, Redelivery};
+use properties::confirm::Confirmation;
+use properties::durable::{one_server, ConsumerReplica, DurableLedger, FloorJudge, Handover, OneServer, Redeliveries, Redelivery};
 use properties::payload::{CHECKSUM_HEADER, MSG_ID_HEADER};
 use properties::{Outcome, Property, Violation};
 use serde_json::{json, Value};
@@ -41,20 +41,10 @@ pub async fn run(ctx: Arc<Ctx>, mut choose: Chooser) -> anyhow::Result<()> {
     let client = ctx.connect("durable").await?;
     let replicas = choose.pick("durable consumer replicas", &ctx.cfg.durable.replicas);
     let mut ledger = DurableLedger::new(ctx.run.clone());
-    let mut judge = FloorJudge::new(&ctx);
+    let mut judge = FloorJudge::new(ctx.cfg.liveness.confirm_hold());
     let result = drive(&ctx, &client, &mut choose, replicas, &mut ledger, &mut judge).await;
     *ctx.durable.lock().unwrap_or_else(|p| p.into_inner()) = Some(Handover { ledger, judge });
     result
-}
-
-/// What the driver hands the final verification: every delivery and confirmed ack, and the
-/// judge that remembers when the consumer last ran on a single server (an undo the final
-/// look confirms is excused by a single-replica spell the driver saw, as during the run:
-/// without it, 2.14.6's loss of acks when the operator scaled an R1 consumer to R2 failed
-/// `durable-ack-never-undone` in the matrix test).
-pub struct Handover {
-    ledger: DurableLedger,
-    judge: FloorJudge,
 }
 
 fn config(ctx: &Ctx, replicas: usize) -> pull::Config {
@@ -114,7 +104,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                 Ok(messages) => break messages,
                 Err(e) => e.to_string(),
             };
-            if let Look::Gone = judge.look(ctx, client, ledger).await {
+            if let Look::Gone = look(judge, ctx, client, ledger).await {
                 redeliveries.clear();
                 unconfirmed.clear();
                 anew(ctx, ledger, &mut skipped, &create).await;
@@ -146,7 +136,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                     }
                 }
                 _ = poll.tick() => {
-                    match judge.look(ctx, client, ledger).await {
+                    match look(judge, ctx, client, ledger).await {
                         Look::Seen { leader: now } => {
                             if leader != now {
                                 tracing::info!(from = ?leader, to = ?now, acks_in_flight = acks.len(), received = ledger.received_floor(), confirmed = ledger.confirmed_floor(), "durable consumer leader changed");
@@ -214,7 +204,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         sdk::hold!(Property::DurableContentMatchesPublish);
                     }
                     violations.iter().for_each(|v| {
-                        judge.report_undone(ctx, v);
+                        report_undone(judge, ctx, v);
                     });
                     Stats::add(&ctx.stats.durable_delivered, 1);
                     if delivered > 1 {
@@ -232,7 +222,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                                 continue;
                             }
                             Redelivery::Undone(v) => {
-                                judge.report_undone(ctx, &v);
+                                report_undone(judge, ctx, &v);
                             }
                             Redelivery::Unwatched => {}
                         }
@@ -297,165 +287,115 @@ enum Look {
     Unanswered,
 }
 
-/// Judges the consumer's ack floor, as its leader reports it, against the ledger, and its
-/// existence; bad answers count once confirmed over a quiet period.
-pub struct FloorJudge {
-    floor: Confirm,
-    gone: Confirm,
-    /// When looks last found the consumer on a single server.
-    single_seen: Option<Duration>,
-    /// Looks in a row that found it on a single server.
-    single_looks: u32,
-    /// The consumer's leader and peers at the last look, for a failure's details.
-    last_look: Value,
-    /// When the publisher's acks got where, sampled at every look: a skipped message's
-    /// details say when it was published (what a known issue's trigger is timed against).
-    acked: AckClock,
+/// Reports an undone ack, unless [`FloorJudge::excuses`] it (the consumer had a single
+/// replica within the last liveness window): those are counted, not failed, and true is
+/// returned.
+fn report_undone(judge: &FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
+    if judge.excuses(v, ctx.live.now(), ctx.cfg.liveness.recent()) {
+        let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n < 3 {
+            tracing::warn!(details = %v.details, "an ack confirmed by an unreplicated durable consumer was undone (not a violation: see docs/durable-consumer.md)");
+        }
+        return true;
+    }
+    let mut v = v.clone();
+    v.details["consumer_at_last_look"] = judge.last_look.clone();
+    sdk::violation!(&v, [Property::DurableAckNeverUndone, Property::DurableNothingSkipped, Property::DurableContentMatchesPublish]);
+    false
 }
 
-impl FloorJudge {
-    pub fn new(ctx: &Ctx) -> Self {
-        let confirm = || Confirm::new(ctx.cfg.liveness.confirm_hold(), 3);
-        Self { floor: confirm(), gone: confirm(), single_seen: None, single_looks: 0, last_look: Value::Null, acked: AckClock::default() }
-    }
-
-    /// Reports an undone ack, unless the consumer had a single replica within the last
-    /// liveness window: its server keeps acks in memory and writes them out now and then
-    /// (2.15.1 lost 165-258 of 1000 confirmed acks to a kill -9), and nothing else holds them,
-    /// so a crash of that server undoes them by design. Those are counted, not failed, and
-    /// true is returned.
-    fn report_undone(&self, ctx: &Ctx, v: &Violation) -> bool {
-        let recent = self.single_seen.is_some_and(|t| ctx.live.now().saturating_sub(t) <= ctx.cfg.liveness.recent());
-        if v.property == Property::DurableAckNeverUndone && recent {
-            let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if n < 3 {
-                tracing::warn!(details = %v.details, "an ack confirmed by an unreplicated durable consumer was undone (not a violation: see docs/durable-consumer.md)");
-            }
-            return true;
-        }
-        let mut v = v.clone();
-        v.details["consumer_at_last_look"] = self.last_look.clone();
-        sdk::violation!(&v, [Property::DurableAckNeverUndone, Property::DurableNothingSkipped, Property::DurableContentMatchesPublish]);
-        false
-    }
-
-    async fn look(&mut self, ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger) -> Look {
-        self.acked.sample(ctx.live.now().as_secs_f64(), Stats::get(&ctx.stats.last_acked_seq));
-        let info = jsapi::request(client, &format!("CONSUMER.INFO.{}.{NAME}", ctx.stream), &Value::Null, ctx.api_timeout()).await;
-        let info = match info {
-            Ok(info) => info,
-            Err(e @ ApiError::Server { .. }) if e.err_code() == Some(CONSUMER_NOT_FOUND) => {
-                return match self.observe_gone(ctx) {
-                    Confirmation::Confirmed { bad_for } => {
-                        if ledger.confirmed_floor() > 0 {
-                            let mut v = self_gone(ledger);
-                            v.details["gone_for_s"] = json!(bad_for.as_secs_f64());
-                            self.report_undone(ctx, &v);
-                        }
-                        self.gone.reset();
-                        Look::Gone
+/// One look at the consumer: its ack floor, as its leader reports it, judged against the
+/// ledger, and its existence; bad answers count once confirmed over a quiet period.
+async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, ledger: &mut DurableLedger) -> Look {
+    judge.acked.sample(ctx.live.now().as_secs_f64(), Stats::get(&ctx.stats.last_acked_seq));
+    let info = jsapi::request(client, &format!("CONSUMER.INFO.{}.{NAME}", ctx.stream), &Value::Null, ctx.api_timeout()).await;
+    let info = match info {
+        Ok(info) => info,
+        Err(e @ ApiError::Server { .. }) if e.err_code() == Some(CONSUMER_NOT_FOUND) => {
+            return match observe_gone(judge, ctx) {
+                Confirmation::Confirmed { bad_for } => {
+                    if ledger.confirmed_floor() > 0 {
+                        let mut v = self_gone(ledger);
+                        v.details["gone_for_s"] = json!(bad_for.as_secs_f64());
+                        report_undone(judge, ctx, &v);
                     }
-                    _ => Look::Unanswered,
-                };
-            }
-            Err(_) => return Look::Unanswered,
-        };
-        self.gone.reset();
-        let leader = info.pointer("/cluster/leader").and_then(Value::as_str).map(str::to_string);
-        // One answer without followers may come from a server whose part of a new
-        // replicated group has not started yet; two in a row (2 s apart) do not.
-        let one = one_server(&info);
-        ctx.view.saw_durable(if one == OneServer::No { None } else { leader.clone() });
-        self.single_looks = if one == OneServer::No { 0 } else { self.single_looks + 1 };
-        if one == OneServer::Configured || self.single_looks >= 2 {
-            self.single_seen = Some(ctx.live.now());
-        }
-        self.last_look = json!({ "t_s": ctx.live.now().as_secs_f64(), "leader": leader, "cluster": info.get("cluster"),
-                                 "ack_floor": info.get("ack_floor"), "delivered": info.get("delivered"), "num_ack_pending": info.get("num_ack_pending") });
-        if leader.as_deref().is_none_or(str::is_empty) {
-            // Without a leader, the answer is one replica's own stored state (a peer just
-            // added holds none: 2.15.1 answered ack floor 0 for a leaderless R2 group); it
-            // says nothing of what the consumer acknowledged.
-            return Look::Unanswered;
-        }
-        let floor = info.pointer("/ack_floor/stream_seq").and_then(Value::as_u64).unwrap_or(0);
-        if !account_for_absent(ctx, client, ledger, floor).await {
-            // Whether the stream holds what the floor passed could not be learned: a look
-            // that judges nothing (could not observe is not observed wrong).
-            return Look::Unanswered;
-        }
-        match ledger.judge_ack_floor(floor) {
-            None => {
-                self.floor.reset();
-                ctx.suspicions.close(Suspect::DurableAckFloor);
-                sdk::hold!(Property::DurableAckNeverUndone);
-                sdk::hold!(Property::DurableNothingSkipped);
-            }
-            Some(mut v) => {
-                v.details["leader"] = json!(leader);
-                if let Some(never) = v.details["never_delivered"].as_u64() {
-                    // `account_for_absent` found the run's message stored there at this look.
-                    v.details["stream_holds_it"] = json!(true);
-                    v.details["never_delivered_acked_between_s"] = json!(self.acked.acked_between(never).map(|(a, b)| [a, b]));
+                    judge.gone.reset();
+                    Look::Gone
                 }
-                match self.floor.observe(ctx.live.now(), true) {
-                    Confirmation::Confirmed { bad_for } => {
-                        v.details["bad_for_s"] = json!(bad_for.as_secs_f64());
-                        let excused = self.report_undone(ctx, &v);
-                        if v.property == Property::DurableNothingSkipped {
-                            // Reported once: what it passed is not waited for any more.
-                            ledger.not_for_it(1, floor);
-                        } else if excused {
-                            // Judged once: a floor the server leaves there (2.14.6 kept 1,566
-                            // under 1,679 with nothing pending) is not failed once the spell
-                            // is older than a window.
-                            ledger.forget_confirmed_above(floor);
-                        }
-                        self.floor.reset();
-                        ctx.suspicions.close(Suspect::DurableAckFloor);
+                _ => Look::Unanswered,
+            };
+        }
+        Err(_) => return Look::Unanswered,
+    };
+    judge.gone.reset();
+    let leader = info.pointer("/cluster/leader").and_then(Value::as_str).map(str::to_string);
+    let one = one_server(&info);
+    ctx.view.saw_durable(if one == OneServer::No { None } else { leader.clone() });
+    judge.saw(one, ctx.live.now());
+    judge.last_look = json!({ "t_s": ctx.live.now().as_secs_f64(), "leader": leader, "cluster": info.get("cluster"),
+                             "ack_floor": info.get("ack_floor"), "delivered": info.get("delivered"), "num_ack_pending": info.get("num_ack_pending") });
+    if leader.as_deref().is_none_or(str::is_empty) {
+        // Without a leader, the answer is one replica's own stored state (a peer just
+        // added holds none: 2.15.1 answered ack floor 0 for a leaderless R2 group); it
+        // says nothing of what the consumer acknowledged.
+        return Look::Unanswered;
+    }
+    let floor = info.pointer("/ack_floor/stream_seq").and_then(Value::as_u64).unwrap_or(0);
+    if !account_for_absent(ctx, client, ledger, floor).await {
+        // Whether the stream holds what the floor passed could not be learned: a look
+        // that judges nothing (could not observe is not observed wrong).
+        return Look::Unanswered;
+    }
+    match ledger.judge_ack_floor(floor) {
+        None => {
+            judge.floor.reset();
+            ctx.suspicions.close(Suspect::DurableAckFloor);
+            sdk::hold!(Property::DurableAckNeverUndone);
+            sdk::hold!(Property::DurableNothingSkipped);
+        }
+        Some(mut v) => {
+            v.details["leader"] = json!(leader);
+            if let Some(never) = v.details["never_delivered"].as_u64() {
+                // `account_for_absent` found the run's message stored there at this look.
+                v.details["stream_holds_it"] = json!(true);
+                v.details["never_delivered_acked_between_s"] = json!(judge.acked.acked_between(never).map(|(a, b)| [a, b]));
+            }
+            match judge.floor.observe(ctx.live.now(), true) {
+                Confirmation::Confirmed { bad_for } => {
+                    v.details["bad_for_s"] = json!(bad_for.as_secs_f64());
+                    let excused = report_undone(judge, ctx, &v);
+                    if v.property == Property::DurableNothingSkipped {
+                        // Reported once: what it passed is not waited for any more.
+                        ledger.not_for_it(1, floor);
+                    } else if excused {
+                        // Judged once: a floor the server leaves there (2.14.6 kept 1,566
+                        // under 1,679 with nothing pending) is not failed once the spell
+                        // is older than a window.
+                        ledger.forget_confirmed_above(floor);
                     }
-                    Confirmation::Pending { ask_quiet } => {
-                        ctx.suspicions.open(Suspect::DurableAckFloor, &v.details);
-                        if ask_quiet {
-                            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), "the durable consumer's ack floor disagrees with its confirmed acks");
-                        }
-                    }
-                    Confirmation::Good => {}
+                    judge.floor.reset();
+                    ctx.suspicions.close(Suspect::DurableAckFloor);
                 }
+                Confirmation::Pending { ask_quiet } => {
+                    ctx.suspicions.open(Suspect::DurableAckFloor, &v.details);
+                    if ask_quiet {
+                        ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), "the durable consumer's ack floor disagrees with its confirmed acks");
+                    }
+                }
+                Confirmation::Good => {}
             }
         }
-        Look::Seen { leader }
     }
-
-    /// One "consumer not found" answer, confirmed over time.
-    fn observe_gone(&mut self, ctx: &Ctx) -> Confirmation {
-        let c = self.gone.observe(ctx.live.now(), true);
-        if let Confirmation::Pending { ask_quiet: true } = c {
-            ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), "durable consumer not found");
-        }
-        c
-    }
+    Look::Seen { leader }
 }
 
-/// Whether a CONSUMER.INFO answer shows the consumer kept by one server only.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OneServer {
-    /// Its `num_replicas` is 1 (a stream scaled to R1 sets its consumers' to 1 as well).
-    Configured,
-    /// No followers listed. 2.15.1 runs an R1 consumer without a raft group and answers
-    /// `{name, leader}` only; so does a server whose part of a new replicated group has not
-    /// started yet (seen in CI for a consumer just recreated under an R3 stream).
-    Listed,
-    No,
-}
-
-fn one_server(info: &Value) -> OneServer {
-    let followers = info.pointer("/cluster/replicas").and_then(Value::as_array).map_or(0, Vec::len);
-    match info.pointer("/config/num_replicas").and_then(Value::as_u64) {
-        Some(1) => OneServer::Configured,
-        _ if followers == 0 => OneServer::Listed,
-        _ => OneServer::No,
+/// One "consumer not found" answer, confirmed over time.
+fn observe_gone(judge: &mut FloorJudge, ctx: &Ctx) -> Confirmation {
+    let c = judge.gone.observe(ctx.live.now(), true);
+    if let Confirmation::Pending { ask_quiet: true } = c {
+        ctx.live.quiet.request(Why::Confirming, ctx.cfg.liveness.confirm_hold(), "durable consumer not found");
     }
+    c
 }
 
 /// Sequences below the ack floor never delivered: those the stream no longer holds (below
@@ -505,7 +445,7 @@ pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<Outco
     let before = failures(Property::DurableAckNeverUndone) + failures(Property::DurableNothingSkipped);
     let deadline = tokio::time::Instant::now() + ctx.cfg.liveness.window;
     while tokio::time::Instant::now() < deadline {
-        let look = judge.look(ctx, client, &mut ledger).await;
+        let look = look(&mut judge, ctx, client, &mut ledger).await;
         let after = failures(Property::DurableAckNeverUndone) + failures(Property::DurableNothingSkipped);
         if after > before {
             return Some(Outcome::Failed);
@@ -583,22 +523,4 @@ async fn compare_replicas(ctx: &Ctx, client: &async_nats::Client, probe: &mut cr
         }
     }
     Ok(states)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{one_server, OneServer};
-    use serde_json::json;
-
-    #[test]
-    fn a_consumer_without_followers_or_configured_r1_is_on_one_server() {
-        // As 2.15.1 answers: an R1 consumer under an R1 stream has no raft group.
-        let r1 = json!({ "config": { "num_replicas": 0 }, "cluster": { "name": "x", "leader": "n3" } });
-        let r3 = json!({ "config": { "num_replicas": 0 }, "cluster": { "name": "x", "raft_group": "C-R3F-5T5H31an", "leader": "n3",
-                        "replicas": [{ "name": "n1", "current": true }, { "name": "n2", "current": false }] } });
-        let configured = json!({ "config": { "num_replicas": 1 }, "cluster": { "name": "x", "leader": "n1" } });
-        assert_eq!(one_server(&r1), OneServer::Listed);
-        assert_eq!(one_server(&r3), OneServer::No);
-        assert_eq!(one_server(&configured), OneServer::Configured);
-    }
 }
