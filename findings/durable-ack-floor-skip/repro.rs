@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let args = &args;
     args.trials.run(ID, |dir| async move {
-        let details = run_trial(&args, &dir).await?;
+        let details = run_trial(args, &dir).await?;
         Ok((!details["skipped"].as_array().is_some_and(Vec::is_empty), details))
     })
     .await

@@ -38,7 +38,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let args = &args;
     args.trials.run(ID, |dir| async move {
-        let details = run_trial(&args, &dir).await?;
+        let details = run_trial(args, &dir).await?;
         Ok((details["lost"].as_u64().unwrap_or(0) > 0, details))
     })
     .await

@@ -1,25 +1,22 @@
 #![recursion_limit = "256"]
-pub mod bench;
-pub mod cluster;
-pub mod composer;
+//! The workload as a library (the binary is `main.rs`; the tests drive both). Folders from
+//! the bottom up: foundations (`config`, `random`, `round`, `logs`, `sdk`), `nats/` (the
+//! server's APIs), `cluster/` (local nodes and the layers faults act through), `faults/`,
+//! `context/` (what a stream's drivers share), `drivers/`, `report/`, `run/` (a run, its
+//! final verification, the Test Composer commands), `tools/` (bench, matrix). Each imports
+//! only those before it: docs/architecture.md.
+
 pub mod config;
-pub mod drivers;
-pub mod faults;
-pub mod jsapi;
 pub mod logs;
-pub mod matrix;
-pub mod metrics;
-pub mod page;
 pub mod random;
-pub mod records;
-pub mod replicas;
-pub mod report;
-pub mod retry;
 pub mod round;
-pub mod run;
 pub mod sdk;
-pub mod state;
-pub mod streams;
-pub mod timeline;
-pub mod verify;
-pub mod view;
+
+pub mod nats;
+pub mod cluster;
+pub mod faults;
+pub mod context;
+pub mod drivers;
+pub mod report;
+pub mod run;
+pub mod tools;

@@ -10,17 +10,17 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
-use workload::bench::{self, BenchSpec};
+use workload::tools::bench::{self, BenchSpec};
 use workload::cluster::{self, LocalCluster};
-use workload::composer;
+use workload::run::composer;
 use workload::config::Config;
 use workload::faults::docker::DockerNodes;
 use workload::faults::injector::{FaultLog, Injector, Target};
-use workload::matrix::{self, Release};
+use workload::tools::matrix::{self, Release};
 use workload::random::{Purpose, Source};
-use workload::records::StateDir;
+use workload::run::records::StateDir;
 use workload::run::{self, NotRun, RunSpec};
-use workload::state::ClusterAddr;
+use workload::context::state::ClusterAddr;
 use workload::{report, sdk};
 
 #[derive(Parser, Debug)]
@@ -391,7 +391,7 @@ fn main() -> ExitCode {
         return ExitCode::from(EXIT_INFRA);
     }
     if let (Command::Composer { step }, None) = (&cli.command, &common.out) {
-        workload::records::prune_oldest(&step.args().state.join("runs"), workload::records::KEEP_RUNS);
+        workload::run::records::prune_oldest(&step.args().state.join("runs"), workload::run::records::KEEP_RUNS);
     }
     let sdk_out = out.join("sdk.jsonl");
     if std::env::var_os("ANTITHESIS_SDK_LOCAL_OUTPUT").is_none() {
@@ -422,7 +422,7 @@ fn main() -> ExitCode {
 fn write_page(dir: &std::path::Path) -> ExitCode {
     let report = std::fs::read(dir.join("report.json")).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()));
     match report {
-        Ok(mut report) => match remark(dir, &mut report).and_then(|()| Ok(workload::page::write(dir, &report)?)) {
+        Ok(mut report) => match remark(dir, &mut report).and_then(|()| Ok(workload::report::page::write(dir, &report)?)) {
             Ok(()) => {
                 println!("{}", dir.join("report.html").display());
                 ExitCode::SUCCESS
@@ -732,7 +732,7 @@ async fn execute(command: Command, cfg: Config, out: PathBuf) -> anyhow::Result<
         }
     }
     if facts["server_version"].is_null() {
-        facts["server_version"] = json!(workload::jsapi::SERVER_VERSION.get());
+        facts["server_version"] = json!(workload::nats::jsapi::SERVER_VERSION.get());
     }
     let (verdict, without_known) = finish_report(facts, &out, !composer_step)?;
     let verdict = if allow_known { without_known } else { verdict };
@@ -762,7 +762,7 @@ fn finish_report(facts: serde_json::Value, out: &std::path::Path, pages: bool) -
     let path = out.join("report.json");
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     if pages {
-        workload::page::write(out, &report)?;
+        workload::report::page::write(out, &report)?;
     }
     report::print(&report);
     println!("report: {}", path.display());

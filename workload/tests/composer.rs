@@ -7,8 +7,8 @@ mod common;
 use common::Harness;
 use serde_json::Value;
 use std::time::{Duration, Instant};
-use workload::jsapi;
-use workload::records::StateDir;
+use workload::nats::jsapi;
+use workload::run::records::StateDir;
 
 fn state(h: &Harness) -> StateDir {
     StateDir(h.dir.path().join("state"))

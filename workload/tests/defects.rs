@@ -9,7 +9,7 @@ use common::Harness;
 use properties::payload::{checksum, RunMessages, CHECKSUM_HEADER, MSG_ID_HEADER};
 use serde_json::json;
 use std::time::Duration;
-use workload::jsapi;
+use workload::nats::jsapi;
 
 const LIMIT: Duration = Duration::from_secs(150);
 const T: Duration = Duration::from_secs(5);

@@ -7,7 +7,7 @@ mod common;
 use common::Harness;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use workload::jsapi;
+use workload::nats::jsapi;
 
 const T: Duration = Duration::from_secs(5);
 

@@ -5,12 +5,13 @@ mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use workload::cluster::{find_server, http_client, unhealthy, LocalCluster};
+use workload::cluster::{find_server, LocalCluster};
+use workload::nats::monitor::{http_client, unhealthy};
 use workload::config::{Config, FaultKind};
 use workload::faults::injector::{FaultLog, Injector};
-use workload::jsapi;
+use workload::nats::jsapi;
 use workload::random::Source;
-use workload::view::{ClusterView, Role};
+use workload::nats::view::{ClusterView, Role};
 
 async fn proxied(name: &str) -> (tempfile::TempDir, Arc<tokio::sync::Mutex<LocalCluster>>) {
     let dir = tempfile::Builder::new().prefix(&format!("wl-fault-{name}-")).tempdir().unwrap();

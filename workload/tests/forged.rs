@@ -8,8 +8,8 @@ use common::Harness;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use workload::faults::forge::Frame;
-use workload::faults::proxy::Link;
+use workload::cluster::forge::Frame;
+use workload::cluster::proxy::Link;
 
 const LIMIT: Duration = Duration::from_secs(150);
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use workload::cluster::{find_server, Layout, LocalCluster};
 use workload::config::{Config, FaultKind};
 use workload::faults::injector::{FaultLog, Injector};
-use workload::faults::lazyfs::Mounted;
-use workload::jsapi;
+use workload::cluster::lazyfs::Mounted;
+use workload::nats::jsapi;
 use workload::random::Source;
 
 const T: Duration = Duration::from_secs(5);

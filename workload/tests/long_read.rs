@@ -10,8 +10,8 @@ use common::Harness;
 use properties::payload::{checksum, RunMessages};
 use std::collections::VecDeque;
 use std::time::Duration;
-use workload::jsapi;
-use workload::records::{Record, StateDir};
+use workload::nats::jsapi;
+use workload::run::records::{Record, StateDir};
 
 const WINDOW_S: f64 = 2.0;
 const MESSAGES: u64 = 450_000;

@@ -180,7 +180,7 @@ server_evacuate = 0
 #[tokio::test]
 async fn a_server_is_evacuated_only_when_every_stream_on_it_can_move() {
     use properties::operations::{evacuation_leaves_room, peers};
-    use workload::jsapi;
+    use workload::nats::jsapi;
     let h = common::Harness::start("evacuate").await;
     let client = h.client().await;
     let timeout = std::time::Duration::from_secs(5);

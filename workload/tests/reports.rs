@@ -11,7 +11,7 @@ use serde_json::json;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use workload::jsapi;
+use workload::nats::jsapi;
 
 const LIMIT: Duration = Duration::from_secs(150);
 

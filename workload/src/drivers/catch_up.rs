@@ -1,9 +1,9 @@
 //! The catch-up liveness rule shared by the ordered reader and the durable consumer.
 
 use crate::drivers::reader::Until;
-use crate::retry::{OpenWindow, Step};
+use crate::context::retry::{OpenWindow, Step};
 use crate::sdk;
-use crate::state::{Ctx, Stats};
+use crate::context::state::{Ctx, Stats};
 use properties::Property;
 use serde_json::json;
 
@@ -37,7 +37,7 @@ impl<'a> CatchUp<'a> {
     /// Adds the consumer's server's own last sequence to what a failure reports.
     pub async fn note_holder(&mut self, ctx: &Ctx) {
         let Some(server) = self.consumer["server"].as_str().map(str::to_string) else { return };
-        let mut probe = crate::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls);
+        let mut probe = crate::nats::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls);
         self.consumer["server_last_seq"] = match probe.state_on(&server, &ctx.stream).await {
             Ok(state) => json!(state.map_or(0, |s| s.last_seq)),
             Err(e) => json!(e),

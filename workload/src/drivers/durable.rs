@@ -13,10 +13,10 @@
 use crate::drivers::catch_up::{CatchUp, Tick};
 use crate::drivers::reader::Until;
 use crate::faults::quiet::Why;
-use crate::jsapi::{self, ApiError};
+use crate::nats::jsapi::{self, ApiError};
 use crate::random::Chooser;
 use crate::sdk;
-use crate::state::{Ctx, Stats, Suspect};
+use crate::context::state::{Ctx, Stats, Suspect};
 use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -468,7 +468,7 @@ pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<Outco
 /// liveness window; still different then fails `durable-replicas-agree-at-rest`, never
 /// compared (no leader, a replica not current, a node not answering) is unknown.
 async fn replicas_at_rest(ctx: &Ctx, client: &async_nats::Client) -> Outcome {
-    let mut probe = crate::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls);
+    let mut probe = crate::nats::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls);
     if !probe.enabled() {
         return Outcome::Held; // the floor held; nothing to compare replicas with
     }
@@ -508,7 +508,7 @@ pub async fn consumer_info(ctx: &Ctx, client: &async_nats::Client) -> Result<(pr
 }
 
 /// Each replica's own state, the leader's first; `Err` when they cannot all be read now.
-async fn compare_replicas(ctx: &Ctx, client: &async_nats::Client, probe: &mut crate::replicas::ReplicaProbe) -> Result<Vec<ConsumerReplica>, String> {
+async fn compare_replicas(ctx: &Ctx, client: &async_nats::Client, probe: &mut crate::nats::replicas::ReplicaProbe) -> Result<Vec<ConsumerReplica>, String> {
     let (view, _) = consumer_info(ctx, client).await.map_err(|e| e.to_string())?;
     let cluster = view.cluster.as_ref().ok_or("no cluster information")?;
     let leader = cluster.leader.clone().filter(|l| !l.is_empty()).ok_or("no leader")?;

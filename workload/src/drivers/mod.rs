@@ -6,7 +6,7 @@ pub mod operator;
 pub mod publisher;
 pub mod reader;
 
-use crate::state::Ctx;
+use crate::context::state::Ctx;
 use std::sync::Arc;
 use tokio::task::JoinSet;
 

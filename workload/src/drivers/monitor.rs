@@ -7,10 +7,10 @@
 
 use crate::drivers::operator::PlacementJudge;
 use crate::faults::quiet::Why;
-use crate::jsapi::{self, ApiError, StreamInfo};
-use crate::replicas::{ReplicaLook, ReplicaProbe};
+use crate::nats::jsapi::{self, ApiError, StreamInfo};
+use crate::nats::replicas::{ReplicaLook, ReplicaProbe};
 use crate::sdk;
-use crate::state::{Ctx, Stats, Suspect};
+use crate::context::state::{Ctx, Stats, Suspect};
 use properties::confirm::{Confirm, Confirmation};
 use properties::replicas::{never_caught_up, Agreement, ReplicaState};
 use properties::{Outcome, Property};

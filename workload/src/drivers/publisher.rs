@@ -11,7 +11,7 @@
 
 use crate::faults::quiet::Why;
 use crate::sdk;
-use crate::state::{Ctx, Stats, Suspect};
+use crate::context::state::{Ctx, Stats, Suspect};
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::{self, message::PublishMessage};
@@ -44,7 +44,7 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut ledger = PublishLedger::new();
     let mut in_flight: VecDeque<(u64, PublishAckFuture)> = VecDeque::new();
     let mut next_send = 1u64;
-    let mut window: Option<crate::retry::OpenWindow> = None;
+    let mut window: Option<crate::context::retry::OpenWindow> = None;
     let mut leader_at_rewind = None;
     let mut behind = Confirm::new(ctx.cfg.liveness.confirm_hold(), 3);
     let mut late = Late::new();

@@ -7,10 +7,10 @@
 //! absent (confirmed over time) means it is gone.
 
 use crate::faults::quiet::Why;
-use crate::jsapi;
+use crate::nats::jsapi;
 use crate::drivers::catch_up::{CatchUp, Tick};
 use crate::sdk;
-use crate::state::{Ctx, Stats, Suspect};
+use crate::context::state::{Ctx, Stats, Suspect};
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use futures::StreamExt;
 use properties::confirm::{Confirm, Confirmation};

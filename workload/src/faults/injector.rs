@@ -16,7 +16,7 @@ use crate::faults::disk::{self, SnapshotCopies};
 use crate::faults::docker::DockerNodes;
 use crate::round::Round;
 use crate::faults::targets;
-use crate::view::{ClusterView, Role};
+use crate::nats::view::{ClusterView, Role};
 use nix::sys::signal::Signal;
 use crate::random::{Chooser, Source};
 use rand::{seq::SliceRandom, Rng};
@@ -585,11 +585,11 @@ impl Injector {
     /// already proposed to apply; `None` when no node says.
     async fn meta_member(&self, name: &str, i: usize) -> Option<bool> {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let http = crate::cluster::http_client();
+        let http = crate::nats::monitor::http_client();
         for j in (0..self.target.size().await).filter(|&j| j != i) {
             let (Some(url), node) = (self.target.monitor_url(j).await, self.target.names(&[j]).await.remove(0)) else { continue };
-            let Ok(jsz) = crate::cluster::get_json(&http, &format!("{url}/jsz")).await else { continue };
-            if let Some(members) = crate::replicas::meta_members(&jsz, &node) {
+            let Ok(jsz) = crate::nats::monitor::get_json(&http, &format!("{url}/jsz")).await else { continue };
+            if let Some(members) = crate::nats::replicas::meta_members(&jsz, &node) {
                 return Some(members.contains(name));
             }
         }
@@ -644,13 +644,13 @@ impl Injector {
     /// a few tries (the meta leader may be moving).
     async fn remove_server(&mut self, name: &str, servers: &[String]) -> Result<(), String> {
         if self.system.is_none() {
-            let connect = crate::state::connect_as(servers, "workload-injector-system", self.cfg.operator.system_account());
+            let connect = crate::nats::jsapi::connect_as(servers, "workload-injector-system", self.cfg.operator.system_account());
             self.system = Some(tokio::time::timeout(Duration::from_secs(5), connect).await.map_err(|_| "connect timed out".to_string())?.map_err(|e| e.to_string())?);
         }
         let client = self.system.as_ref().ok_or("no system connection")?;
         let mut last = String::new();
         for _ in 0..5 {
-            match crate::jsapi::request(client, "SERVER.REMOVE", &json!({ "peer": name }), Duration::from_secs(3)).await {
+            match crate::nats::jsapi::request(client, "SERVER.REMOVE", &json!({ "peer": name }), Duration::from_secs(3)).await {
                 Ok(_) => return Ok(()),
                 Err(e) => last = e.to_string(),
             }
@@ -686,10 +686,10 @@ impl Injector {
         let (Some(url), name) = (self.target.monitor_url(i).await, self.target.names(&[i]).await.remove(0)) else { return };
         let window = self.cfg.liveness.window;
         tokio::spawn(async move {
-            let (http, started) = (crate::cluster::http_client(), Instant::now());
+            let (http, started) = (crate::nats::monitor::http_client(), Instant::now());
             let mut last = Vec::new();
             while started.elapsed() < window {
-                last = crate::cluster::unhealthy(&http, std::slice::from_ref(&url)).await;
+                last = crate::nats::monitor::unhealthy(&http, std::slice::from_ref(&url)).await;
                 if last.is_empty() {
                     break;
                 }

@@ -3,7 +3,7 @@
 //! [`weight`]), otherwise any healthy node is. An aligned strike (right after a scale
 //! request) prefers the roles the change is about.
 
-use crate::view::Role;
+use crate::nats::view::Role;
 use rand::seq::SliceRandom;
 use rand::Rng;
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use workload::cluster::{find_server, LocalCluster};
-use workload::jsapi;
+use workload::nats::jsapi;
 
 pub struct Harness {
     pub cluster: LocalCluster,

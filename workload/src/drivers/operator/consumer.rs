@@ -6,11 +6,11 @@
 
 use super::{count_settled, note_settling, send, took_effect};
 use crate::drivers::durable::{consumer_info as info, NAME};
-use crate::jsapi;
+use crate::nats::jsapi;
 use crate::random::Chooser;
-use crate::retry::Failure;
+use crate::context::retry::Failure;
 use crate::sdk;
-use crate::state::Ctx;
+use crate::context::state::Ctx;
 use properties::operations::{peer_gone, peers, OpKind};
 use properties::scale::{consumer_settled, StreamInfoView};
 use properties::Property;

@@ -12,85 +12,20 @@ pub mod peers;
 pub mod scale;
 pub mod stepdown;
 
-use crate::cluster::{all_healthy, get_json, http_client};
-use crate::jsapi::{self, ApiError};
+use crate::nats::monitor::{all_healthy, get_json, http_client};
+use crate::nats::jsapi::{self, ApiError};
 use crate::random::Chooser;
 use crate::sdk;
-use crate::state::{Ctx, Stats};
+use crate::context::state::{Ctx, Stats};
 use properties::operations::{peers, placement_honoured, OpKind, Version, CLUSTER_TAG};
-use crate::replicas::ReplicaProbe;
-use crate::retry::Failure;
+use crate::nats::replicas::ReplicaProbe;
+use crate::context::retry::Failure;
 use properties::scale::{settled, CatchUp, StreamInfoView};
 use properties::{Outcome, Property};
-use serde::Serialize;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How often each operation was drawn and what became of it.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct OpCounts {
-    /// Accepted by the server.
-    pub done: u64,
-    /// Refused by the server for a reason that retrying does not change (no suitable or
-    /// spare peer, a move already in progress, nothing to cancel, ...).
-    pub refused: u64,
-    /// Drawn but not applicable right now (no other placement fits, no spare server).
-    pub not_applicable: u64,
-    /// Waited for and seen settled.
-    pub settled: u64,
-    /// Seen settled with the operation's effect: another leader after a stepdown, other
-    /// peers after a move or removal.
-    pub effect_seen: u64,
-    /// Waited for, settled, and found undone by a later removal of another of the
-    /// stream's servers (a membership fault): the server's later change wins.
-    pub superseded: u64,
-}
-
-/// Every operation's counts, and those never sent with why.
-#[derive(Default)]
-pub struct OpTally {
-    counts: Mutex<BTreeMap<OpKind, OpCounts>>,
-    skipped: Mutex<BTreeMap<OpKind, String>>,
-    /// Where every request and settle goes as it happens (`operations.jsonl`), with the
-    /// run's start: faults have their times in faults.jsonl, and a failure is read against both.
-    log: std::sync::OnceLock<(std::path::PathBuf, Instant)>,
-}
-
-impl OpTally {
-    /// Writes each event to `path` from now on, timed from `origin`.
-    pub fn log_to(&self, path: std::path::PathBuf, origin: Instant) {
-        let _ = std::fs::remove_file(&path);
-        let _ = self.log.set((path, origin));
-    }
-
-    /// One event of `op` on `ctx`'s stream: requested (what was asked), refused (why),
-    /// settled (the peers before and after), requested-again, waiting-for-move.
-    pub fn record(&self, ctx: &Ctx, op: OpKind, event: &str, detail: Value) {
-        tracing::info!(op = op.id(), stream = %ctx.stream, %detail, "operation {event}");
-        let Some((path, origin)) = self.log.get() else { return };
-        crate::logs::append_json_line(path, &json!({ "t_s": origin.elapsed().as_secs_f64(), "event": event, "op": op.id(), "stream": ctx.stream, "detail": detail }));
-    }
-
-    pub fn count(&self, op: OpKind, f: impl FnOnce(&mut OpCounts)) {
-        if let Ok(mut m) = self.counts.lock() {
-            f(m.entry(op).or_default());
-        }
-    }
-
-    /// How often `op` was drawn when it could not act.
-    pub fn not_applicable(&self, op: OpKind) -> u64 {
-        self.counts.lock().map(|m| m.get(&op).map_or(0, |c| c.not_applicable)).unwrap_or(0)
-    }
-
-    pub fn to_json(&self) -> Value {
-        let counts = self.counts.lock().map(|m| m.iter().map(|(k, v)| (k.id().to_string(), json!(v))).collect::<serde_json::Map<_, _>>()).unwrap_or_default();
-        let skipped = self.skipped.lock().map(|m| m.iter().map(|(k, v)| (k.id().to_string(), json!(v))).collect::<serde_json::Map<_, _>>()).unwrap_or_default();
-        json!({ "counts": counts, "skipped": skipped })
-    }
-}
 
 /// A server answer that retrying will not change: any 4xx, and 10075 "peer remap failed"
 /// (503, but no spare peer appears by asking again). Other 503s and transport errors are
@@ -117,8 +52,8 @@ pub async fn send<T, Fut: Future<Output = Result<T, ApiError>>>(ctx: &Ctx, op: O
     };
     let refused = ctx.live.retry(op.id(), property, &ctx.cancel, attempt).await?;
     match &refused {
-        Some(why) => ctx.ops.record(ctx, op, "refused", json!({ "asked": asked, "why": why })),
-        None => ctx.ops.record(ctx, op, "requested", asked),
+        Some(why) => ctx.ops.record(&ctx.stream, op, "refused", json!({ "asked": asked, "why": why })),
+        None => ctx.ops.record(&ctx.stream, op, "requested", asked),
     }
     ctx.ops.count(op, |c| if refused.is_some() { c.refused += 1 } else { c.done += 1 });
     Some(refused.is_none())
@@ -137,9 +72,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
         match op.unsupported(parsed, system.is_some(), ctx.cfg.durable.enabled) {
             Some(why) if weight > 0 || op == OpKind::CancelMove => {
                 tracing::info!(op = op.id(), server = %version, "operation not sent: {why}");
-                if let Ok(mut m) = ctx.ops.skipped.lock() {
-                    m.insert(op, why);
-                }
+                ctx.ops.skip(op, why);
             }
             None if weight > 0 => ops.push((op, weight)),
             _ => {}
@@ -150,7 +83,7 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
     }
     refresh_tags(&ctx).await;
     let mut round = crate::round::Round::weighted(&ops);
-    let cancel_moves = !ctx.ops.skipped.lock().is_ok_and(|m| m.contains_key(&OpKind::CancelMove));
+    let cancel_moves = !ctx.ops.skipped(OpKind::CancelMove);
     let (lo, hi) = (ctx.cfg.operator.interval_min, ctx.cfg.operator.interval_max);
     let mut scaler = scale::Scaler::new(&ctx);
     while !ctx.cancel.is_cancelled() {
@@ -203,7 +136,7 @@ async fn server_version(ctx: &Ctx, client: &async_nats::Client) -> String {
 pub(crate) async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
     let user = ctx.cfg.operator.system_account()?;
     let name = format!("workload-{}-operator-system", ctx.run.run_id);
-    let connect = crate::state::connect_as(&ctx.cluster.servers, &name, Some(user));
+    let connect = crate::nats::jsapi::connect_as(&ctx.cluster.servers, &name, Some(user));
     tokio::select! {
         c = connect => c.inspect_err(|e| tracing::warn!("no system account connection: {e}")).ok(),
         _ = ctx.cancel.cancelled() => None,
@@ -225,7 +158,7 @@ pub async fn refresh_tags(ctx: &Ctx) {
 
 /// A scale down or a `PEER.REMOVE` drops a peer (`peer`, or any for a scale down) before
 /// anything replaces it: not while a fault destroys a copy (see
-/// [`crate::view::ClusterView::dropping`]). The turn lasts until the monitor sees the stream
+/// [`crate::nats::view::ClusterView::dropping`]). The turn lasts until the monitor sees the stream
 /// at `target` peers, or two windows (a request that never took effect).
 fn drop_allowed(ctx: &Ctx, peer: Option<&str>, target: usize) -> bool {
     ctx.view.dropping(peer, target, ctx.cfg.liveness.drop_turn())
@@ -295,7 +228,7 @@ pub async fn wait_settled(
     let Some(after) = until_settled(ctx, client, op.id(), property, extra).await else { return false };
     let effect = match op {
         OpKind::MetaStepdown => {
-            let now = crate::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await;
+            let now = crate::nats::replicas::ReplicaProbe::new(&ctx.cluster.monitor_urls).meta_leader().await;
             now.is_some() && now.as_ref() != before.first()
         }
         _ => took_effect(op, before, &after),
@@ -335,7 +268,7 @@ pub fn took_effect(op: OpKind, before: &[String], after: &[String]) -> bool {
 
 /// Counts a settled operation, and whether it took effect.
 pub fn count_settled(ctx: &Ctx, op: OpKind, before: &[String], after: &[String], effect: bool) {
-    ctx.ops.record(ctx, op, "settled", json!({ "before": before, "after": after, "effect": effect }));
+    ctx.ops.record(&ctx.stream, op, "settled", json!({ "before": before, "after": after, "effect": effect }));
     ctx.ops.count(op, |c| {
         c.settled += 1;
         c.effect_seen += u64::from(effect);

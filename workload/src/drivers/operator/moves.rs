@@ -3,11 +3,11 @@
 //! cancelled at once (2.15), sometimes waited for.
 
 use super::{note_settling, send, wait_settled};
-use crate::cluster::{http_client, unhealthy};
-use crate::jsapi;
+use crate::nats::monitor::{http_client, unhealthy};
+use crate::nats::jsapi;
 use crate::random::Chooser;
 use crate::sdk;
-use crate::state::Ctx;
+use crate::context::state::Ctx;
 use properties::operations::{peers, servers_with, OpKind, CLUSTER_TAG};
 use properties::scale::PlacementView;
 use properties::Property;

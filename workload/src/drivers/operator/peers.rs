@@ -4,11 +4,11 @@
 //! everything off that server).
 
 use super::{note_settling, send, wait_settled};
-use crate::cluster::{http_client, unhealthy};
-use crate::jsapi;
+use crate::nats::monitor::{http_client, unhealthy};
+use crate::nats::jsapi;
 use crate::random::Chooser;
 use crate::sdk;
-use crate::state::Ctx;
+use crate::context::state::Ctx;
 use properties::operations::{evacuation_leaves_room, has_spare, peers, removal_done, servers_with, OpKind};
 use properties::scale::settled;
 use properties::Property;
@@ -87,7 +87,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
         };
         let settled = wait_settled(ctx, client, op, Property::PeerRemovalEventuallyReplaced, &holders, gone).await;
         if let (true, Some(other)) = (settled, superseded.into_inner().unwrap_or_else(|e| e.into_inner())) {
-            ctx.ops.record(ctx, op, "superseded", json!({ "peer": peer, "by_removal_of": other }));
+            ctx.ops.record(&ctx.stream, op, "superseded", json!({ "peer": peer, "by_removal_of": other }));
             ctx.ops.count(op, |c| c.superseded += 1);
         }
     }

@@ -6,15 +6,15 @@
 //! green), timing it. The monitor looks at the stream every two seconds: it must exist and
 //! hold at least every acknowledged message, each judged only when confirmed over time.
 
-use crate::cluster::{http_client, unhealthy};
-use crate::jsapi::{self, ApiError};
+use crate::nats::monitor::{http_client, unhealthy};
+use crate::nats::jsapi::{self, ApiError};
 use crate::sdk;
-use crate::state::{Ctx, Stats};
+use crate::context::state::{Ctx, Stats};
 use properties::scale::settled;
 use properties::Property;
 use crate::random::Chooser;
 use super::{note_settling, Settling};
-use crate::retry::Failure;
+use crate::context::retry::Failure;
 use properties::operations::{servers_with, OpKind};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
@@ -132,7 +132,7 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
     };
     Stats::add(&ctx.stats.scale_requests, 1);
     ctx.ops.count(OpKind::Scale, |c| c.done += 1);
-    ctx.ops.record(ctx, OpKind::Scale, "requested", json!({ "from": before, "to": replicas }));
+    ctx.ops.record(&ctx.stream, OpKind::Scale, "requested", json!({ "from": before, "to": replicas }));
     ctx.stats.replicas.store(replicas as u64, Relaxed);
     ctx.view.peers_changing();
     Some(before)
@@ -143,7 +143,7 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
 /// own settling, where the copy's progress starts the window over, and the scale is asked
 /// again once it has settled. `None` when stopped.
 async fn wait_for_move(ctx: &Ctx, client: &async_nats::Client, replicas: usize) -> Option<()> {
-    ctx.ops.record(ctx, OpKind::Scale, "waiting-for-move", json!({ "to": replicas }));
+    ctx.ops.record(&ctx.stream, OpKind::Scale, "waiting-for-move", json!({ "to": replicas }));
     super::until_settled(ctx, client, "move settle", Property::MoveEventuallySettles, |_| Ok(())).await.map(drop)
 }
 
@@ -159,7 +159,7 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
             let config = info.raw["config"].clone();
             jsapi::set_replicas(client, &ctx.stream, config, replicas, ctx.api_timeout()).await.map_err(Failure::stalled)?;
             Stats::add(&ctx.stats.scale_reissued, 1);
-            ctx.ops.record(ctx, OpKind::Scale, "requested-again", json!({ "configured": info.view.config.num_replicas, "to": replicas }));
+            ctx.ops.record(&ctx.stream, OpKind::Scale, "requested-again", json!({ "configured": info.view.config.num_replicas, "to": replicas }));
             return Err(Failure::stalled(format!("configured replicas {} != requested {replicas}: requested again", info.view.config.num_replicas)));
         }
         settling.judge(&info.view, settled(&info.view, replicas)).await
@@ -174,7 +174,7 @@ pub async fn wait_settled(ctx: &Ctx, client: &async_nats::Client, replicas: usiz
     Stats::add(&ctx.stats.settle_ms_total, ms);
     ctx.stats.settle_ms_max.fetch_max(ms, Relaxed);
     sdk::hold!(Property::ScaleWaitedUntilSettled);
-    ctx.ops.record(ctx, OpKind::Scale, "settled", json!({ "replicas": replicas, "settle_ms": ms }));
+    ctx.ops.record(&ctx.stream, OpKind::Scale, "settled", json!({ "replicas": replicas, "settle_ms": ms }));
     // Settled means the requested count of peers, all current: that is the effect.
     ctx.ops.count(OpKind::Scale, |c| {
         c.settled += 1;

@@ -1,10 +1,10 @@
 //! Leader stepdowns: the stream's Raft group, and the meta group (system account).
 
 use super::{note_settling, send, wait_settled};
-use crate::jsapi;
-use crate::replicas::ReplicaProbe;
+use crate::nats::jsapi;
+use crate::nats::replicas::ReplicaProbe;
 use crate::sdk;
-use crate::state::Ctx;
+use crate::context::state::Ctx;
 use properties::operations::{peers, OpKind};
 use properties::Property;
 use serde_json::{json, Value};

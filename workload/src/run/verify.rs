@@ -5,13 +5,13 @@
 //! could not be carried out, and the error names the addresses and the last answer. Once a
 //! cluster was reached, failing to get back to it is `cluster-eventually-healthy` failing.
 
-use crate::cluster::{all_healthy, http_client, unhealthy};
+use crate::nats::monitor::{all_healthy, http_client, unhealthy};
 use crate::drivers::monitor::{judge_replicas_at_rest, judge_stream};
 use crate::drivers::{operator, reader};
 use crate::faults::quiet::Why;
-use crate::jsapi;
+use crate::nats::jsapi;
 use crate::sdk;
-use crate::state::{Ctx, Stats, Suspect};
+use crate::context::state::{Ctx, Stats, Suspect};
 use properties::{Outcome, Property};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -242,7 +242,7 @@ pub async fn save_node_state(monitor_urls: &[String], dir: &std::path::Path) -> 
         let get = |path: &str| {
             let http = http.clone();
             let url = format!("{url}{path}");
-            async move { crate::cluster::get_json(&http, &url).await.unwrap_or_else(|e| json!({ "error": e })) }
+            async move { crate::nats::monitor::get_json(&http, &url).await.unwrap_or_else(|e| json!({ "error": e })) }
         };
         let jsz = get("/jsz?accounts=true&streams=true&consumers=true&config=true&raft=true").await;
         let healthz = get("/healthz").await;

@@ -3,8 +3,8 @@
 //! eventually_ and finally_ commands can verify every stream from its record alone.
 
 use crate::sdk;
-use crate::state::{Ctx, Stats, Suspect};
-use crate::verify::{final_verification, FinalCheck};
+use crate::context::state::{Ctx, Stats, Suspect};
+use crate::run::verify::{final_verification, FinalCheck};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::path::PathBuf;
@@ -158,9 +158,9 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir, stop: &tokio_uti
             tracing::warn!("cannot mark {} retired: {e:#}", r.run_id);
             continue;
         }
-        let (stream, _) = crate::state::names(&r.run_id);
+        let (stream, _) = crate::context::state::names(&r.run_id);
         sdk::check!(Property::StreamRetiredAfterFullCheck, true, &json!({ "stream": stream, "last_acked": r.last_acked }));
-        crate::verify::delete_named(ctx, &stream, "verified in full and deleted").await;
+        crate::run::verify::delete_named(ctx, &stream, "verified in full and deleted").await;
     }
     check
 }

@@ -3,7 +3,7 @@
 //! leader's. Only the stream's current peer set is looked at, and only while the stream
 //! says every replica is current; nodes holding no replica are skipped.
 
-use crate::cluster::http_client;
+use crate::nats::monitor::http_client;
 use properties::durable::ConsumerReplica;
 use properties::replicas::{judge, Agreement, ReplicaState};
 use properties::scale::StreamInfoView;
@@ -136,7 +136,7 @@ impl ReplicaProbe {
     }
 
     async fn get(&self, url: &str) -> Result<Value, String> {
-        crate::cluster::get_json(&self.http, url).await
+        crate::nats::monitor::get_json(&self.http, url).await
     }
 }
 

@@ -6,8 +6,8 @@
 //! `http://ADDR/metrics`.
 
 use crate::sdk;
-use crate::state::Stats;
-use crate::streams::Streams;
+use crate::context::state::Stats;
+use crate::context::streams::Streams;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use properties::Property;

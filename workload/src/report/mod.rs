@@ -1,6 +1,10 @@
 //! The property report: every catalog property with its status and counts, the run's
 //! counters, and the verdict. Written as `report.json` and printed as a table.
 
+pub mod metrics;
+pub mod page;
+pub mod timeline;
+
 use crate::sdk;
 use properties::{Kind, Property};
 use serde_json::{json, Value};

@@ -2,7 +2,7 @@
 //! `timeline.jsonl` and `faults.jsonl` when it has them): `report.md`, `timeline.svg` and
 //! `report.html` (the table and the picture in one file that needs no network).
 
-use crate::timeline;
+use crate::report::timeline::{self, esc};
 use serde_json::Value;
 use std::path::Path;
 
@@ -202,10 +202,6 @@ impl Page {
     }
 }
 
-/// Text for HTML and SVG.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
 
 /// Writes report.md, timeline.svg (when the run left a timeline) and report.html into `dir`.
 pub fn write(dir: &Path, report: &Value) -> std::io::Result<()> {

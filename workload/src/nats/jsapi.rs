@@ -177,3 +177,26 @@ pub async fn message_present(client: &Client, stream: &str, seq: u64, timeout: D
         Err(e) => Err(e),
     }
 }
+
+/// A client of `servers` named `name`, retrying its first connection until it succeeds.
+pub async fn connect(servers: &[String], name: &str) -> anyhow::Result<async_nats::Client> {
+    connect_as(servers, name, None).await
+}
+
+/// [`connect`] as `user` (user name and password), e.g. the system account.
+pub async fn connect_as(servers: &[String], name: &str, user: Option<(&str, &str)>) -> anyhow::Result<async_nats::Client> {
+    let options = match user {
+        Some((user, password)) => async_nats::ConnectOptions::with_user_and_password(user.into(), password.into()),
+        None => async_nats::ConnectOptions::new(),
+    };
+    let client = options
+        .name(name)
+        .retry_on_initial_connect()
+        // Only the given addresses: the local cluster's proxies must not be bypassed.
+        .ignore_discovered_servers()
+        .connection_timeout(Duration::from_secs(5))
+        .request_timeout(Some(Duration::from_secs(5)))
+        .connect(servers.to_vec())
+        .await?;
+    Ok(client)
+}

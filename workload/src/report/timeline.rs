@@ -3,9 +3,8 @@
 //! the fault log and each property's first failure as `timeline.svg`, aggregated into at
 //! most [`COLUMNS`] time buckets so the picture stays small whatever the run's length.
 
-use crate::page::esc;
-use crate::state::Stats;
-use crate::streams::Streams;
+use crate::context::state::Stats;
+use crate::context::streams::Streams;
 use tokio_util::sync::CancellationToken;
 use properties::ranges::Ranges;
 use serde::{Deserialize, Serialize};
@@ -436,6 +435,11 @@ pub fn fates_of(report: &Value) -> Fates {
         lost.insert_range(from, to);
     }
     Fates { lost, unread: pair(&m["unread"]), whole: None }
+}
+
+/// Text for HTML and SVG.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -3,9 +3,9 @@
 use crate::config::Config;
 use crate::faults::injector::FaultLog;
 use crate::faults::QuietRequests;
-use crate::retry::Liveness;
-use crate::drivers::operator::OpTally;
-use crate::view::ClusterView;
+use crate::context::retry::Liveness;
+use crate::context::ops::OpTally;
+use crate::nats::view::ClusterView;
 use properties::payload::RunMessages;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -98,32 +98,10 @@ impl Ctx {
     pub async fn connect(&self, role: &str) -> anyhow::Result<async_nats::Client> {
         let name = format!("workload-{}-{role}", self.run.run_id);
         tokio::select! {
-            c = connect(&self.cluster.servers, &name) => c,
+            c = crate::nats::jsapi::connect(&self.cluster.servers, &name) => c,
             _ = self.cancel.cancelled() => anyhow::bail!("stopped before {role} could connect"),
         }
     }
-}
-
-pub async fn connect(servers: &[String], name: &str) -> anyhow::Result<async_nats::Client> {
-    connect_as(servers, name, None).await
-}
-
-/// [`connect`] as `user` (user name and password), e.g. the system account.
-pub async fn connect_as(servers: &[String], name: &str, user: Option<(&str, &str)>) -> anyhow::Result<async_nats::Client> {
-    let options = match user {
-        Some((user, password)) => async_nats::ConnectOptions::with_user_and_password(user.into(), password.into()),
-        None => async_nats::ConnectOptions::new(),
-    };
-    let client = options
-        .name(name)
-        .retry_on_initial_connect()
-        // Only the given addresses: the local cluster's proxies must not be bypassed.
-        .ignore_discovered_servers()
-        .connection_timeout(Duration::from_secs(5))
-        .request_timeout(Some(Duration::from_secs(5)))
-        .connect(servers.to_vec())
-        .await?;
-    Ok(client)
 }
 
 /// A bad observation not yet confirmed or refuted, by what would answer it in the end.

@@ -1,18 +1,18 @@
 //! The Antithesis Test Composer commands (`workload composer ...`).
 //!
-//! They share one state directory (a named volume, see [`crate::records`]): each driver
+//! They share one state directory (a named volume, see [`crate::run::records`]): each driver
 //! records there which stream it used and how far its acknowledgements got; the
 //! eventually_ and finally_ commands verify every recorded stream from that record alone.
 
 use crate::config::Config;
 use crate::drivers::monitor::judge_stream;
 use crate::faults::QuietRequests;
-use crate::jsapi;
+use crate::nats::jsapi;
 use crate::random::Source;
-use crate::records::{Record, StateDir};
+use crate::run::records::{Record, StateDir};
 use crate::sdk;
-use crate::state::{names, ClusterAddr, Ctx};
-use crate::verify::{self, first_contact, recovered};
+use crate::context::state::{names, ClusterAddr, Ctx};
+use crate::run::verify::{self, first_contact, recovered};
 use properties::operations::OpKind;
 use properties::payload::RunMessages;
 use rand::Rng;

@@ -1,18 +1,22 @@
 //! One run: set up the stream, drive publisher, reader, operator and monitor for the
 //! duration, stop them, then verify everything acknowledged with faults paused.
 
+pub mod composer;
+pub mod records;
+pub mod verify;
+
 use crate::config::Config;
 use crate::drivers::{self, operator};
 use crate::faults::injector::Injector;
 use crate::faults::QuietRequests;
-use crate::jsapi;
+use crate::nats::jsapi;
 use crate::random::{Purpose, Source};
-use crate::records::{self, StateDir};
+use records::StateDir;
 use crate::sdk;
-use crate::state::{ClusterAddr, Ctx, Stats};
-use crate::streams::Streams;
-use crate::verify::{self, final_verification, first_contact, FinalCheck};
-use crate::view::ClusterView;
+use crate::context::state::{ClusterAddr, Ctx, Stats};
+use crate::context::streams::Streams;
+use verify::{final_verification, first_contact, FinalCheck};
+use crate::nats::view::ClusterView;
 use properties::payload::RunMessages;
 use properties::Property;
 use serde_json::{json, Value};
@@ -20,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-pub use crate::state::names;
+pub use crate::context::state::names;
 
 pub struct RunSpec {
     pub cfg: Config,
@@ -197,7 +201,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     let run_stop = stop.child_token();
     let quiet = QuietRequests::new(spec.cfg.liveness.window);
     let faults = spec.injector.as_ref().map(|i| i.log.clone());
-    let ops: Arc<operator::OpTally> = Arc::default();
+    let ops: Arc<crate::context::ops::OpTally> = Arc::default();
     if let Some(dir) = &spec.out {
         // Beside the report and the fault log.
         ops.log_to(dir.join("operations.jsonl"), started);
@@ -223,17 +227,17 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     let composer = spec.composer;
 
     if let Some(addr) = spec.cfg.report.metrics {
-        crate::metrics::serve(addr).map_err(|e| NotRun::Setup(e.to_string()))?;
+        crate::report::metrics::serve(addr).map_err(|e| NotRun::Setup(e.to_string()))?;
     }
     // The run's own tasks: they outlive every epoch's drivers.
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(progress(streams.clone(), run_stop.clone(), started));
     if let Some(path) = spec.timeline.clone() {
-        tasks.spawn(crate::timeline::record(streams.clone(), run_stop.clone(), started, path));
+        tasks.spawn(crate::report::timeline::record(streams.clone(), run_stop.clone(), started, path));
     }
     if spec.cfg.report.metrics.is_some() {
         // Not one of the drivers: it goes on through the final verification.
-        tokio::spawn(crate::metrics::export(streams.clone()));
+        tokio::spawn(crate::report::metrics::export(streams.clone()));
     }
     if let Err(e) = setup(&ctxs, if composer.is_none() { Setup::FirstContact } else { Setup::Composer }).await {
         run_stop.cancel();

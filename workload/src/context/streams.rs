@@ -2,7 +2,7 @@
 //! A long run rotates to fresh streams (see `stream.rotate_after`), so the progress lines,
 //! the timeline and the metrics read the run through this instead of holding contexts.
 
-use crate::state::{Ctx, Stats};
+use crate::context::state::{Ctx, Stats};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, RwLock};
 

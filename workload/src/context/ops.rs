@@ -1,0 +1,83 @@
+//! What the operations did: each kind's counts, those never sent and why, and
+//! `operations.jsonl` (every request and settle as it happens).
+
+use properties::operations::OpKind;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// How often each operation was drawn and what became of it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OpCounts {
+    /// Accepted by the server.
+    pub done: u64,
+    /// Refused by the server for a reason that retrying does not change (no suitable or
+    /// spare peer, a move already in progress, nothing to cancel, ...).
+    pub refused: u64,
+    /// Drawn but not applicable right now (no other placement fits, no spare server).
+    pub not_applicable: u64,
+    /// Waited for and seen settled.
+    pub settled: u64,
+    /// Seen settled with the operation's effect: another leader after a stepdown, other
+    /// peers after a move or removal.
+    pub effect_seen: u64,
+    /// Waited for, settled, and found undone by a later removal of another of the
+    /// stream's servers (a membership fault): the server's later change wins.
+    pub superseded: u64,
+}
+
+/// Every operation's counts, and those never sent with why.
+#[derive(Default)]
+pub struct OpTally {
+    counts: Mutex<BTreeMap<OpKind, OpCounts>>,
+    skipped: Mutex<BTreeMap<OpKind, String>>,
+    /// Where every request and settle goes as it happens (`operations.jsonl`), with the
+    /// run's start: faults have their times in faults.jsonl, and a failure is read against both.
+    log: std::sync::OnceLock<(std::path::PathBuf, Instant)>,
+}
+
+impl OpTally {
+    /// Writes each event to `path` from now on, timed from `origin`.
+    pub fn log_to(&self, path: std::path::PathBuf, origin: Instant) {
+        let _ = std::fs::remove_file(&path);
+        let _ = self.log.set((path, origin));
+    }
+
+    /// One event of `op` on `stream`: requested (what was asked), refused (why),
+    /// settled (the peers before and after), requested-again, waiting-for-move.
+    pub fn record(&self, stream: &str, op: OpKind, event: &str, detail: Value) {
+        tracing::info!(op = op.id(), %stream, %detail, "operation {event}");
+        let Some((path, origin)) = self.log.get() else { return };
+        crate::logs::append_json_line(path, &json!({ "t_s": origin.elapsed().as_secs_f64(), "event": event, "op": op.id(), "stream": stream, "detail": detail }));
+    }
+
+    pub fn count(&self, op: OpKind, f: impl FnOnce(&mut OpCounts)) {
+        if let Ok(mut m) = self.counts.lock() {
+            f(m.entry(op).or_default());
+        }
+    }
+
+    /// `op` is never sent in this run, for `why` (the server lacks it, ...).
+    pub fn skip(&self, op: OpKind, why: String) {
+        if let Ok(mut m) = self.skipped.lock() {
+            m.insert(op, why);
+        }
+    }
+
+    pub fn skipped(&self, op: OpKind) -> bool {
+        self.skipped.lock().is_ok_and(|m| m.contains_key(&op))
+    }
+
+    /// How often `op` was drawn when it could not act.
+    pub fn not_applicable(&self, op: OpKind) -> u64 {
+        self.counts.lock().map(|m| m.get(&op).map_or(0, |c| c.not_applicable)).unwrap_or(0)
+    }
+
+    pub fn to_json(&self) -> Value {
+        let counts = self.counts.lock().map(|m| m.iter().map(|(k, v)| (k.id().to_string(), json!(v))).collect::<serde_json::Map<_, _>>()).unwrap_or_default();
+        let skipped = self.skipped.lock().map(|m| m.iter().map(|(k, v)| (k.id().to_string(), json!(v))).collect::<serde_json::Map<_, _>>()).unwrap_or_default();
+        json!({ "counts": counts, "skipped": skipped })
+    }
+}
