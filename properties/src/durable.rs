@@ -259,12 +259,14 @@ pub struct FloorJudge {
     /// When the publisher's acks got where, sampled at every look: a skipped message's
     /// details say when it was published (what a known issue's trigger is timed against).
     pub acked: AckClock,
+    /// Failures the driver reported from this judge's looks (not excused).
+    pub failed: u64,
 }
 
 impl FloorJudge {
     pub fn new(confirm_hold: Duration) -> Self {
         let confirm = || Confirm::new(confirm_hold, 3);
-        Self { floor: confirm(), gone: confirm(), single_seen: None, single_looks: 0, last_look: Value::Null, acked: AckClock::default() }
+        Self { floor: confirm(), gone: confirm(), single_seen: None, single_looks: 0, last_look: Value::Null, acked: AckClock::default(), failed: 0 }
     }
 
     /// A look at `now` found the consumer kept by `one` server or not. One answer without

@@ -290,7 +290,7 @@ enum Look {
 /// Reports an undone ack, unless [`FloorJudge::excuses`] it (the consumer had a single
 /// replica within the last liveness window): those are counted, not failed, and true is
 /// returned.
-fn report_undone(judge: &FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
+fn report_undone(judge: &mut FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
     if judge.excuses(v, ctx.live.now(), ctx.cfg.liveness.recent()) {
         let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if n < 3 {
@@ -301,6 +301,7 @@ fn report_undone(judge: &FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
     let mut v = v.clone();
     v.details["consumer_at_last_look"] = judge.last_look.clone();
     sdk::violation!(&v, [Property::DurableAckNeverUndone, Property::DurableNothingSkipped, Property::DurableContentMatchesPublish]);
+    judge.failed += 1;
     false
 }
 
@@ -441,13 +442,11 @@ fn self_gone(ledger: &DurableLedger) -> Violation {
 /// (good) or is confirmed bad, for at most a liveness window.
 pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<Outcome> {
     let Handover { mut ledger, mut judge } = ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take()?;
-    let failures = |p: Property| sdk::counts(p).failed;
-    let before = failures(Property::DurableAckNeverUndone) + failures(Property::DurableNothingSkipped);
+    let before = judge.failed;
     let deadline = tokio::time::Instant::now() + ctx.cfg.liveness.window;
     while tokio::time::Instant::now() < deadline {
         let look = look(&mut judge, ctx, client, &mut ledger).await;
-        let after = failures(Property::DurableAckNeverUndone) + failures(Property::DurableNothingSkipped);
-        if after > before {
+        if judge.failed > before {
             return Some(Outcome::Failed);
         }
         if matches!(look, Look::Gone) {
