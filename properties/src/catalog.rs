@@ -6,10 +6,10 @@
 //! generates one assertion call site per property from it), so this table is the only
 //! place a property is named.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How a property is judged.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// Safety: every evaluation must hold.

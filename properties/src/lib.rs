@@ -18,6 +18,7 @@ pub mod ranges;
 pub mod read;
 pub mod replicas;
 pub mod scale;
+pub mod verdict;
 
 pub use catalog::{Kind, Property};
 

@@ -9,6 +9,7 @@
 //! pass and first failure of a call site; the tally feeds `report.json`.
 
 use properties::{for_each_property, Kind, Property};
+pub use properties::verdict::Counts;
 use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -55,34 +56,8 @@ static TALLY: std::sync::LazyLock<Tally> = std::sync::LazyLock::new(|| {
 /// tell whether each is a known server issue, bounded for a run of any length.
 pub const KEPT_FAILURES: usize = 8;
 
-/// Counts of one property, for the report.
-#[derive(Clone, Debug, Default)]
-pub struct Counts {
-    pub held: u64,
-    pub failed: u64,
-    /// Times the question could not be answered at all (see [`unknown`]).
-    pub unknown: u64,
-    /// The first [`KEPT_FAILURES`] failures: seconds from the run's start (see
-    /// [`mark_run_started`]) and details.
-    pub failures: Vec<(f64, Value)>,
-    /// The first [`KEPT_FAILURES`] unknowns' details.
-    pub unknowns: Vec<Value>,
-}
-
-impl Counts {
-    pub fn first_failure(&self) -> Option<&Value> {
-        self.failures.first().map(|(_, d)| d)
-    }
-
-    pub fn first_failure_s(&self) -> Option<f64> {
-        self.failures.first().map(|(t, _)| *t)
-    }
-
-    pub fn first_unknown(&self) -> Option<&Value> {
-        self.unknowns.first()
-    }
-}
-
+/// What the tally recorded of `p` (the first [`KEPT_FAILURES`] failures timed from
+/// [`mark_run_started`], and unknowns).
 pub fn counts(p: Property) -> Counts {
     Counts {
         held: TALLY.held[p.index()].load(Relaxed),

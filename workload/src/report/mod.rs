@@ -6,38 +6,9 @@ pub mod page;
 pub mod timeline;
 
 use crate::sdk;
-use properties::{Kind, Property};
+use properties::verdict::{verdict, Counts, PropertyRow, Recorded, Status};
+use properties::Property;
 use serde_json::{json, Value};
-
-/// "passed", "failed", "unknown" or "not-reached", from the tally. A property that held
-/// wherever it was judged but could not be judged somewhere is "unknown", not "passed".
-pub fn status(p: Property, c: &sdk::Counts) -> &'static str {
-    match p.kind() {
-        Kind::Always | Kind::Eventually if c.failed > 0 => "failed",
-        Kind::Unreachable if c.failed > 0 => "failed",
-        Kind::Always | Kind::Eventually if c.unknown > 0 => "unknown",
-        Kind::Unreachable => "passed",
-        _ if c.held > 0 => "passed",
-        _ => "not-reached",
-    }
-}
-
-/// The run's verdict: "fail" when a deciding property failed, else "unknown" when one could
-/// not be judged, else "pass" (Jepsen's valid? true / false / unknown).
-pub fn verdict(statuses: &[(Property, &str)]) -> &'static str {
-    let deciding = || statuses.iter().filter(|(p, _)| p.decides_verdict());
-    if deciding().any(|(_, s)| *s == "failed") {
-        "fail"
-    } else if deciding().any(|(_, s)| *s == "unknown") {
-        "unknown"
-    } else {
-        "pass"
-    }
-}
-
-fn tenths(s: f64) -> f64 {
-    (s * 10.0).round() / 10.0
-}
 
 /// The whole report from this process's tally; `run` carries the run's own facts (seed,
 /// ids, counters, versions). Known server issues are marked by [`mark_known`] afterwards.
@@ -51,15 +22,10 @@ const JUDGED: [&str; 8] = ["verdict", "failed", "unknown", "properties", "known_
 /// A saved report judged again from what it recorded of each property (its counts, kept
 /// failures and unknowns) and its facts alone, with the known-issue table of this build:
 /// `workload check DIR`. The same judges as the run's own, so an unchanged table gives the
-/// same verdict.
+/// same verdict. A property the saved run lacks counts as never evaluated.
 pub fn rejudge(saved: &Value, dir: &std::path::Path) -> Value {
-    let recorded = |p: Property| -> sdk::Counts {
-        let Some(r) = saved["properties"].as_array().into_iter().flatten().find(|r| r["id"] == p.id()) else { return sdk::Counts::default() };
-        let n = |k: &str| r[k].as_u64().unwrap_or(0);
-        let failures = r["failures"].as_array().into_iter().flatten().map(|f| (f["t_s"].as_f64().unwrap_or(0.0), f["details"].clone())).collect();
-        let unknowns = r["unknowns"].as_array().cloned().unwrap_or_default();
-        sdk::Counts { held: n("held"), failed: n("failed"), unknown: n("unknown"), failures, unknowns }
-    };
+    let rows: Vec<Recorded> = saved["properties"].as_array().into_iter().flatten().filter_map(|r| serde_json::from_value(r.clone()).ok()).collect();
+    let recorded = |p: Property| rows.iter().find(|r| r.id == p.id()).map(Recorded::counts).unwrap_or_default();
     let mut facts = saved.clone();
     if let Some(f) = facts.as_object_mut() {
         f.retain(|k, _| !JUDGED.contains(&k.as_str()));
@@ -69,27 +35,15 @@ pub fn rejudge(saved: &Value, dir: &std::path::Path) -> Value {
     report
 }
 
-fn build_from(counts: Vec<(Property, sdk::Counts)>, run: Value) -> Value {
-    let statuses: Vec<(Property, &str)> = counts.iter().map(|(p, c)| (*p, status(*p, c))).collect();
-    let properties: Vec<Value> = counts
-        .iter()
-        .zip(&statuses)
-        .map(|((p, c), (_, status))| {
-            json!({
-                "id": p.id(), "kind": p.kind(), "message": p.message(), "status": status,
-                "held": c.held, "failed": c.failed, "unknown": c.unknown,
-                "first_failure": c.first_failure(),
-                "first_failure_s": c.first_failure_s().map(tenths), "first_unknown": c.first_unknown(), "unknowns": c.unknowns,
-                "failures": c.failures.iter().map(|(t, d)| json!({ "t_s": tenths(*t), "details": d })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    let with = |s: &str| -> Vec<&str> { statuses.iter().filter(|(p, st)| p.decides_verdict() && *st == s).map(|(p, _)| p.id()).collect() };
+fn build_from(counts: Vec<(Property, Counts)>, run: Value) -> Value {
+    let rows: Vec<PropertyRow> = counts.iter().map(|(p, c)| PropertyRow::new(*p, c)).collect();
+    let statuses: Vec<(Property, Status)> = counts.iter().zip(&rows).map(|((p, _), r)| (*p, r.status)).collect();
+    let with = |s: Status| -> Vec<&str> { statuses.iter().filter(|(p, st)| p.decides_verdict() && *st == s).map(|(p, _)| p.id()).collect() };
     let mut report = json!({
         "verdict": verdict(&statuses),
-        "failed": with("failed"),
-        "unknown": with("unknown"),
-        "properties": properties,
+        "failed": with(Status::Failed),
+        "unknown": with(Status::Unknown),
+        "properties": rows,
     });
     if let (Some(r), Some(extra)) = (report.as_object_mut(), run.as_object()) {
         r.extend(extra.clone());
@@ -160,28 +114,5 @@ pub fn print(report: &Value) {
     println!("verdict: {}", report["verdict"].as_str().unwrap_or("?"));
     if report["verdict"] != report["verdict_without_known"] && !report["verdict_without_known"].is_null() {
         println!("verdict without the known server issues: {}", report["verdict_without_known"].as_str().unwrap_or("?"));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn counts(held: u64, failed: u64, unknown: u64) -> sdk::Counts {
-        sdk::Counts { held, failed, unknown, ..Default::default() }
-    }
-
-    #[test]
-    fn an_unanswered_question_is_unknown_never_passed() {
-        let safety = Property::AckedMessageNeverLost;
-        assert_eq!(status(safety, &counts(10, 0, 0)), "passed");
-        assert_eq!(status(safety, &counts(10, 0, 1)), "unknown", "held elsewhere does not answer it");
-        assert_eq!(status(safety, &counts(10, 1, 1)), "failed");
-        assert_eq!(status(Property::ConsumerRecreated, &counts(0, 0, 0)), "not-reached");
-        let p = Property::ReplicasAgree;
-        assert_eq!(verdict(&[(safety, "passed"), (p, "not-reached")]), "pass");
-        assert_eq!(verdict(&[(safety, "unknown"), (p, "passed")]), "unknown");
-        assert_eq!(verdict(&[(safety, "unknown"), (p, "failed")]), "fail");
-        assert_eq!(verdict(&[(safety, "passed"), (Property::ConsumerRecreated, "unknown")]), "pass", "coverage decides nothing");
     }
 }
