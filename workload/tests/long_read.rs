@@ -26,6 +26,12 @@ async fn a_final_read_many_windows_long_passes() {
     let mut config = jsapi::stream_config(&h.stream, &h.subject, 1, Duration::from_secs(300));
     config["storage"] = "memory".into();
     jsapi::create_stream(&client, &config, Duration::from_secs(5)).await.unwrap();
+    // The create is answered before the election: a publish then meets no responders.
+    let elected = tokio::time::Instant::now() + Duration::from_secs(30);
+    while jsapi::stream_leader(&client, &h.stream, Duration::from_secs(5)).await.is_err() {
+        assert!(tokio::time::Instant::now() < elected, "the stream has no leader after 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let run = RunMessages::new(&h.run_id, 42, PAYLOAD);
     let js = h.jetstream(&client);
     let mut acks = VecDeque::new();
