@@ -321,6 +321,11 @@ async fn a_biased_strike_hits_the_stream_leader_of_that_moment() {
     let stream = "TARGETED";
     let t = Duration::from_secs(5);
     jsapi::create_stream(&client, &jsapi::stream_config(stream, "targeted", 3, Duration::from_secs(300)), t).await.unwrap();
+    let elected = Instant::now() + Duration::from_secs(30);
+    while jsapi::stream_leader(&client, stream, t).await.is_err() {
+        assert!(Instant::now() < elected, "{stream} has no leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut cfg = Config::default();
     let schedule = cfg.faults.profiles.get_mut("gentle").unwrap();
     schedule.kinds = vec![FaultKind::Kill];
