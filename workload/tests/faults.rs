@@ -131,13 +131,10 @@ async fn stream_with_messages(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>, n
         assert!(Instant::now() < deadline, "cannot create {name}: {e}");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    let js = async_nats::jetstream::new(client.clone());
     // The create is answered before the group has a leader: a publish then finds no
     // responders (async-nats: "no stream found").
-    while jsapi::stream_leader(&client, name, Duration::from_secs(5)).await.is_err() {
-        assert!(Instant::now() < deadline, "{name} has no leader");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let js = async_nats::jetstream::new(client.clone());
+    common::eventually(&format!("{name} answers"), Duration::from_secs(30), || jsapi::stream_answers(&js, &subject)).await;
     let mut acks = Vec::new();
     for i in 0..n {
         acks.push(js.publish(subject.clone(), format!("message {i} of the disk fault tests").into()).await.unwrap());

@@ -108,12 +108,9 @@ async fn under_nats_server_a_power_cut_loses_what_was_not_fsynced_and_keeps_what
             assert!(Instant::now() < deadline, "stream not created");
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-        // The create is answered before the election: a publish then meets no responders.
-        while jsapi::stream_leader(&client, "CUT", T).await.is_err() {
-            assert!(Instant::now() < deadline, "the stream has no leader");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
         let js = async_nats::jetstream::new(client.clone());
+        // The create is answered before the election: a publish then meets no responders.
+        common::eventually("the stream answers", Duration::from_secs(30), || jsapi::stream_answers(&js, "cut")).await;
         for i in 0..2000 {
             js.publish("cut", format!("acknowledged message {i}").into()).await.unwrap().await.unwrap();
         }

@@ -6,15 +6,15 @@
 mod common;
 
 use bytes::Bytes;
-use common::Harness;
+use common::{eventually, Harness};
 use properties::payload::{checksum, RunMessages};
 use std::collections::VecDeque;
 use std::time::Duration;
 use workload::nats::jsapi;
 use workload::run::records::{Record, StateDir};
 
-const WINDOW_S: f64 = 2.0;
-const MESSAGES: u64 = 450_000;
+const WINDOW_S: f64 = 1.0;
+const MESSAGES: u64 = 1_200_000;
 const PAYLOAD: usize = 16;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -26,14 +26,10 @@ async fn a_final_read_many_windows_long_passes() {
     let mut config = jsapi::stream_config(&h.stream, &h.subject, 1, Duration::from_secs(300));
     config["storage"] = "memory".into();
     jsapi::create_stream(&client, &config, Duration::from_secs(5)).await.unwrap();
-    // The create is answered before the election: a publish then meets no responders.
-    let elected = tokio::time::Instant::now() + Duration::from_secs(30);
-    while jsapi::stream_leader(&client, &h.stream, Duration::from_secs(5)).await.is_err() {
-        assert!(tokio::time::Instant::now() < elected, "the stream has no leader after 30 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let run = RunMessages::new(&h.run_id, 42, PAYLOAD);
     let js = h.jetstream(&client);
+    // The create is answered before the election: a publish then meets no responders.
+    eventually("the stream answers", Duration::from_secs(30), || jsapi::stream_answers(&js, &h.subject)).await;
+    let run = RunMessages::new(&h.run_id, 42, PAYLOAD);
     let mut acks = VecDeque::new();
     for i in 1..=MESSAGES {
         let payload = run.payload(i);
@@ -53,7 +49,7 @@ async fn a_final_read_many_windows_long_passes() {
         .write(&Record { run_id: h.run_id.clone(), seed: 42, payload_size: PAYLOAD, last_acked: MESSAGES, replicas: 1, finished: true, open_suspicions: vec![], verified_at_ms: None, retired: false })
         .unwrap();
 
-    let (_, report) = h.composer("finally", &["--operator", "false", "--liveness-window", "2s", "--liveness-quiet", "1s"]);
+    let (_, report) = h.composer("finally", &["--operator", "false", "--liveness-window", "1s", "--liveness-quiet", "500ms"]);
     let check = &report["streams"][0]["check"];
     assert_eq!(report["verdict"], "pass", "{report}");
     assert_eq!(check["read"], "held", "{check}");

@@ -90,6 +90,21 @@ pub async fn stream_leader(client: &Client, stream: &str, timeout: Duration) -> 
     info.view.cluster.and_then(|c| c.leader).filter(|l| !l.is_empty()).ok_or_else(|| format!("{stream} has no leader yet"))
 }
 
+/// Whether the stream behind `subject` answers a publish from `js`'s connection. A
+/// `stream_leader` is not enough: the leader's interest in the subject reaches the other
+/// servers over routes a moment after the election, and until it reaches this connection's
+/// server a publish meets "no responders". Asked with an expected last sequence no stream
+/// has, which the leader refuses without storing anything: a refusal is an answer.
+pub async fn stream_answers(js: &async_nats::jetstream::Context, subject: &str) -> Result<(), String> {
+    use async_nats::jetstream::{context::PublishErrorKind, message::PublishMessage};
+    let probe = PublishMessage::build().expected_last_sequence(u64::MAX).payload(Bytes::new());
+    match js.send_publish(subject.to_string(), probe).await.map_err(|e| e.to_string())?.await {
+        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(()),
+        Err(e) => Err(e.to_string()),
+        Ok(ack) => Err(format!("a probe was stored at sequence {}", ack.sequence)),
+    }
+}
+
 pub async fn stream_info_deleted(client: &Client, stream: &str, timeout: Duration) -> Result<StreamInfo, ApiError> {
     stream_info_with(client, stream, &json!({ "deleted_details": true }), timeout).await
 }

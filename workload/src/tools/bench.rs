@@ -26,7 +26,7 @@ use crate::run::{self, names, rss_mib, RunSpec};
 use crate::sdk;
 use crate::context::state::{ClusterAddr, Ctx, Stats};
 use crate::nats::jsapi::connect;
-use async_nats::jetstream::{self, consumer::pull::OrderedConfig, context::PublishErrorKind, message::PublishMessage};
+use async_nats::jetstream::{self, consumer::pull::OrderedConfig, message::PublishMessage};
 use bytes::Bytes;
 use futures::StreamExt;
 use properties::payload::{RunMessages, CHECKSUM_HEADER};
@@ -301,7 +301,7 @@ impl Bench {
         // The leader's interest in the subject reaches this connection's server over a route
         // a moment after the election; a raw loop does not retry "no responders" (failed CI
         // once), so it starts only once the stream answers this connection.
-        let answers = || stream_answers(&js, &ctx.subject);
+        let answers = || jsapi::stream_answers(&js, &ctx.subject);
         ctx.live.attempt("stream answers", &ctx.cancel, answers).await.map_err(|e| anyhow::anyhow!("the bench stream {} does not answer: {e}", ctx.stream))?;
         Ok((ctx, js))
     }
@@ -477,18 +477,6 @@ async fn raw_loop(ctx: &Ctx, js: &jetstream::Context, depth: usize, n: u64, dead
         }
     }
     Ok(acked)
-}
-
-/// Whether the stream behind `subject` answers a publish from `js`'s connection, asked with a
-/// message whose expected last sequence no stream has, which the leader refuses without
-/// storing it: a refusal is an answer, "no responders" is not.
-async fn stream_answers(js: &jetstream::Context, subject: &str) -> Result<(), String> {
-    let probe = PublishMessage::build().expected_last_sequence(u64::MAX).payload(Bytes::new());
-    match js.send_publish(subject.to_string(), probe).await.map_err(|e| e.to_string())?.await {
-        Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(()),
-        Err(e) => Err(e.to_string()),
-        Ok(ack) => Err(format!("a probe was stored at sequence {}", ack.sequence)),
-    }
 }
 
 /// `f` run as a task of its own, awaited.
