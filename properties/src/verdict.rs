@@ -70,30 +70,13 @@ pub struct FailureRow {
     pub details: Value,
 }
 
-/// A property's row in `report.json` (known issues add `known` to it afterwards).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PropertyRow {
-    pub id: String,
-    pub kind: Kind,
-    pub message: String,
-    pub status: Status,
-    pub held: u64,
-    pub failed: u64,
-    pub unknown: u64,
-    pub first_failure: Option<Value>,
-    pub first_failure_s: Option<f64>,
-    pub first_unknown: Option<Value>,
-    pub unknowns: Vec<Value>,
-    pub failures: Vec<FailureRow>,
-}
-
-/// What a saved row recorded, read back to be judged again: the counts and the kept
-/// failures and unknowns. The rest of a row is derived from these, and a field a saved
-/// report lacks (a trimmed fixture, an older build) reads as empty.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// What was tallied of a property, as its row in `report.json` records it: the counts and
+/// the kept failures and unknowns. Everything else in a row is derived from these, so they
+/// are what `workload check` reads back; a field a saved row lacks (a trimmed fixture, an
+/// older build) reads as empty.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Recorded {
-    pub id: String,
+pub struct Tallied {
     pub held: u64,
     pub failed: u64,
     pub unknown: u64,
@@ -101,7 +84,17 @@ pub struct Recorded {
     pub failures: Vec<FailureRow>,
 }
 
-impl Recorded {
+impl Tallied {
+    fn of(c: &Counts) -> Self {
+        Tallied {
+            held: c.held,
+            failed: c.failed,
+            unknown: c.unknown,
+            unknowns: c.unknowns.clone(),
+            failures: c.failures.iter().map(|(t, d)| FailureRow { t_s: tenths(*t), details: d.clone() }).collect(),
+        }
+    }
+
     pub fn counts(&self) -> Counts {
         Counts {
             held: self.held,
@@ -111,6 +104,29 @@ impl Recorded {
             unknowns: self.unknowns.clone(),
         }
     }
+}
+
+/// A property's row in `report.json` (known issues add `known` to it afterwards).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PropertyRow {
+    pub id: String,
+    pub kind: Kind,
+    pub message: String,
+    pub status: Status,
+    #[serde(flatten)]
+    pub tallied: Tallied,
+    pub first_failure: Option<Value>,
+    pub first_failure_s: Option<f64>,
+    pub first_unknown: Option<Value>,
+}
+
+/// A saved row read back to be judged again: its property and what was tallied of it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct Recorded {
+    pub id: String,
+    #[serde(flatten)]
+    pub tallied: Tallied,
 }
 
 fn tenths(s: f64) -> f64 {
@@ -124,14 +140,10 @@ impl PropertyRow {
             kind: p.kind(),
             message: p.message().to_string(),
             status: status(p, c),
-            held: c.held,
-            failed: c.failed,
-            unknown: c.unknown,
+            tallied: Tallied::of(c),
             first_failure: c.failures.first().map(|(_, d)| d.clone()),
             first_failure_s: c.failures.first().map(|(t, _)| tenths(*t)),
             first_unknown: c.unknowns.first().cloned(),
-            unknowns: c.unknowns.clone(),
-            failures: c.failures.iter().map(|(t, d)| FailureRow { t_s: tenths(*t), details: d.clone() }).collect(),
         }
     }
 }
@@ -174,9 +186,9 @@ mod tests {
         let mut saved = v.clone();
         saved["known"] = json!(["some-issue"]);
         let back: Recorded = serde_json::from_value(saved).unwrap();
-        assert_eq!(back.counts(), Counts { unknowns: vec![], failures: vec![(1.3, json!({ "seq": 4 })), (2.0, json!({ "seq": 9 }))], ..c });
+        assert_eq!(back.tallied.counts(), Counts { unknowns: vec![], failures: vec![(1.3, json!({ "seq": 4 })), (2.0, json!({ "seq": 9 }))], ..c });
         let trimmed: Recorded = serde_json::from_value(json!({ "id": "x", "failed": 1, "failures": [{ "t_s": 3.0 }] })).unwrap();
-        assert_eq!(trimmed.counts(), Counts { failed: 1, failures: vec![(3.0, Value::Null)], ..Counts::default() }, "what a row lacks reads as empty");
+        assert_eq!(trimmed.tallied.counts(), Counts { failed: 1, failures: vec![(3.0, Value::Null)], ..Counts::default() }, "what a row lacks reads as empty");
         assert_eq!(serde_json::to_value(Status::NotReached).unwrap(), "not-reached");
         assert_eq!(serde_json::to_value(Verdict::Unknown).unwrap(), "unknown");
     }

@@ -25,7 +25,7 @@ const JUDGED: [&str; 8] = ["verdict", "failed", "unknown", "properties", "known_
 /// same verdict. A property the saved run lacks counts as never evaluated.
 pub fn rejudge(saved: &Value, dir: &std::path::Path) -> Value {
     let rows: Vec<Recorded> = saved["properties"].as_array().into_iter().flatten().filter_map(|r| serde_json::from_value(r.clone()).ok()).collect();
-    let recorded = |p: Property| rows.iter().find(|r| r.id == p.id()).map(Recorded::counts).unwrap_or_default();
+    let recorded = |p: Property| rows.iter().find(|r| r.id == p.id()).map(|r| r.tallied.counts()).unwrap_or_default();
     let mut facts = saved.clone();
     if let Some(f) = facts.as_object_mut() {
         f.retain(|k, _| !JUDGED.contains(&k.as_str()));
