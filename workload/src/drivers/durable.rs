@@ -10,6 +10,7 @@
 //! answer counts only once it outlives a quiet period, since a deposed leader can answer
 //! from an old view. The ledger is handed to the final verification when the run stops.
 
+use crate::history;
 use crate::drivers::catch_up::{CatchUp, Tick};
 use crate::drivers::reader::Until;
 use crate::faults::quiet::Why;
@@ -458,7 +459,7 @@ pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<Outco
         }
         tokio::time::sleep(POLL).await;
     }
-    sdk::unknown(Property::DurableAckNeverUndone, &json!({ "observed_by": "final verification: the durable consumer's state could not be read for a whole window" }));
+    history::unknown(Property::DurableAckNeverUndone, &json!({ "observed_by": "final verification: the durable consumer's state could not be read for a whole window" }));
     Some(Outcome::Unknown)
 }
 
@@ -493,7 +494,7 @@ async fn replicas_at_rest(ctx: &Ctx, client: &async_nats::Client) -> Outcome {
             Outcome::Failed
         }
         Err(why) => {
-            sdk::unknown(Property::DurableReplicasAgreeAtRest, &json!({ "problem": "the durable consumer's replicas could not be compared within a liveness window", "last_look": why }));
+            history::unknown(Property::DurableReplicasAgreeAtRest, &json!({ "problem": "the durable consumer's replicas could not be compared within a liveness window", "last_look": why }));
             Outcome::Unknown
         }
     }

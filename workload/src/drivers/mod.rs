@@ -21,7 +21,7 @@ pub fn spawn_core(ctx: &Arc<Ctx>, tasks: &mut JoinSet<anyhow::Result<()>>) {
 
 /// `f` as a driver of `ctx`'s stream: the properties it fails name that stream.
 pub fn on_stream<F: std::future::Future>(ctx: &Ctx, f: F) -> impl std::future::Future<Output = F::Output> {
-    crate::sdk::on_stream(ctx.stream.clone(), f)
+    crate::history::on_stream(ctx.stream.clone(), f)
 }
 
 /// Cancels `ctx` and waits for every task; the first error is returned.

@@ -5,6 +5,7 @@
 //! leader can answer from a stale view for a moment. The monitor driver looks every two
 //! seconds; the final verification and the composer commands look until judged.
 
+use crate::history;
 use crate::drivers::operator::PlacementJudge;
 use crate::faults::quiet::Why;
 use crate::nats::jsapi::{self, ApiError, StreamInfo};
@@ -209,7 +210,7 @@ pub async fn judge_stream(ctx: &Ctx, client: &async_nats::Client, acked: u64, ca
             let details = json!({ "stream": ctx.stream, "last_acked_seq": acked, "last_answer": last,
                                   "problem": "the stream's state could not be judged within a liveness window" });
             for p in [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost] {
-                sdk::unknown(p, &details);
+                history::unknown(p, &details);
             }
             return Some(Outcome::Unknown);
         }
@@ -249,7 +250,7 @@ pub async fn judge_replicas_at_rest(ctx: &Ctx, client: &async_nats::Client, canc
             Some(Outcome::Failed)
         }
         other => {
-            sdk::unknown(Property::ReplicasAgree, &json!({ "stream": ctx.stream, "last_look": format!("{other:?}"),
+            history::unknown(Property::ReplicasAgree, &json!({ "stream": ctx.stream, "last_look": format!("{other:?}"),
                 "problem": "the replicas could not be compared within a liveness window" }));
             Some(Outcome::Unknown)
         }

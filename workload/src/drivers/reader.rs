@@ -6,6 +6,7 @@
 //! one is looked up in the stream before judging: present means the delivery skipped it,
 //! absent (confirmed over time) means it is gone.
 
+use crate::history;
 use crate::faults::quiet::Why;
 use crate::nats::jsapi;
 use crate::drivers::catch_up::{CatchUp, Tick};
@@ -209,7 +210,7 @@ async fn stream_start_other_than(ctx: &Ctx, client: &async_nats::Client, seq: u6
             Err(e) => e.to_string(),
         };
         if ctx.cancel.is_cancelled() || !window.failed(&error, &ctx.cancel).await {
-            sdk::unknown(Property::ReadSequenceGapFree, &json!({ "seq": seq, "last_error": error,
+            history::unknown(Property::ReadSequenceGapFree, &json!({ "seq": seq, "last_error": error,
                 "problem": "a consumer restarted from the stream's start delivered this sequence first; whether the stream starts there could not be learned" }));
             return None;
         }

@@ -1,11 +1,11 @@
 //! Live metrics for soak runs: a Prometheus endpoint (`--metrics ADDR`, off by default).
 //!
 //! Nothing is counted twice: every second the run's own counters (the ones `report.json`
-//! gives at the end), the property tally, the fault log and the quiet-period count are
+//! gives at the end), the history's property counts, the fault log and the quiet-period count are
 //! copied into the `metrics` registry, which `metrics-exporter-prometheus` serves at
 //! `http://ADDR/metrics`.
 
-use crate::sdk;
+use crate::history;
 use crate::context::state::Stats;
 use crate::context::streams::Streams;
 use metrics::{counter, gauge};
@@ -77,7 +77,7 @@ fn publish(streams: &Streams, leader: &mut String) {
     counter!("workload_quiet_periods_total").absolute(ctx.live.quiet.count());
     counter!("workload_client_errors_total").absolute(crate::logs::client_errors());
     for &p in Property::ALL {
-        let c = sdk::counts(p);
+        let c = history::counts(p);
         for (outcome, n) in [("held", c.held), ("failed", c.failed), ("unknown", c.unknown)] {
             counter!("workload_property_evaluations_total", "property" => p.id(), "kind" => serde_json::json!(p.kind()).as_str().unwrap_or_default().to_string(), "outcome" => outcome).absolute(n);
         }

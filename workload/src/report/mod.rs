@@ -5,15 +5,15 @@ pub mod metrics;
 pub mod page;
 pub mod timeline;
 
-use crate::sdk;
+use crate::history;
 use properties::verdict::{verdict, Counts, PropertyRow, Recorded, Status};
 use properties::Property;
 use serde_json::{json, Value};
 
-/// The whole report from this process's tally; `run` carries the run's own facts (seed,
+/// The whole report from this process's history of judgments; `run` carries the run's own facts (seed,
 /// ids, counters, versions). Known server issues are marked by [`mark_known`] afterwards.
 pub fn build(run: Value) -> Value {
-    build_from(Property::ALL.iter().map(|&p| (p, sdk::counts(p))).collect(), run)
+    build_from(Property::ALL.iter().map(|&p| (p, history::counts(p))).collect(), run)
 }
 
 /// The keys [`build_from`] and [`mark_known`] write: what a re-judgment derives again.

@@ -5,6 +5,7 @@ pub mod composer;
 pub mod records;
 pub mod verify;
 
+use crate::history;
 use crate::config::Config;
 use crate::drivers::{self, operator};
 use crate::faults::injector::Injector;
@@ -193,7 +194,7 @@ pub fn epoch_run_id(id: &str, epoch: usize) -> String {
 
 pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, NotRun> {
     let started = Instant::now();
-    sdk::mark_run_started(started);
+    history::mark_run_started(started);
     let n = spec.cfg.stream.count;
     // One stop signal, one quiet mechanism, one fault log, one tally of operations and one
     // view per stream slot for the whole run; the rest (numbers, suspicions, ledgers) is
@@ -399,7 +400,7 @@ async fn verify_all(ctxs: Vec<Arc<Ctx>>) -> Vec<StreamDone> {
         if !open.is_empty() {
             tracing::info!(stream = %ctx.stream, ?open, "suspicions open when the drivers stopped: the final verification answers them");
         }
-        let check = sdk::on_stream(ctx.stream.clone(), final_verification(&ctx, true, true)).await;
+        let check = history::on_stream(ctx.stream.clone(), final_verification(&ctx, true, true)).await;
         let suspicions_at_stop = check.answer(open);
         StreamDone { ctx, check: Some(check), suspicions_at_stop }
     }))
@@ -504,7 +505,7 @@ async fn progress(streams: Arc<Streams>, stop: CancellationToken, started: Insta
             total(|s| &s.scale_requests),
             ctx.faults.as_ref().map_or(0, |f| f.starts()),
             ctx.live.quiet.count(),
-            sdk::failures_so_far(),
+            history::failures_so_far(),
             crate::logs::client_errors(),
             rss.map_or("?".into(), |m| format!("{m:.1}")),
             slowest,

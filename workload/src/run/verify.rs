@@ -5,6 +5,7 @@
 //! could not be carried out, and the error names the addresses and the last answer. Once a
 //! cluster was reached, failing to get back to it is `cluster-eventually-healthy` failing.
 
+use crate::history;
 use crate::nats::monitor::{all_healthy, http_client, unhealthy};
 use crate::drivers::monitor::{judge_replicas_at_rest, judge_stream};
 use crate::drivers::{operator, reader};
@@ -82,11 +83,11 @@ pub struct FinalCheck {
 pub fn unanswered(ctx: &Ctx, why: &str) -> FinalCheck {
     let details = json!({ "stream": ctx.stream, "problem": format!("final verification: {why}") });
     for p in [Property::StreamNeverDisappears, Property::StreamStateCoversAcks, Property::AckedMessageNeverLost, Property::ReplicasAgree] {
-        sdk::unknown(p, &details);
+        history::unknown(p, &details);
     }
     let mut check = FinalCheck::unknown(Stats::get(&ctx.stats.last_acked_seq));
     if ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take().is_some() {
-        sdk::unknown(Property::DurableAckNeverUndone, &details);
+        history::unknown(Property::DurableAckNeverUndone, &details);
         check.durable = Some(Outcome::Unknown);
     }
     check
@@ -188,7 +189,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
     check.read_s = started.elapsed().as_secs_f64();
     check.read_per_s = check.verified as f64 / check.read_s.max(1e-9);
     check.read = if next <= last_acked {
-        sdk::unknown(Property::AckedMessageNeverLost, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked, "read_up_to": next.saturating_sub(1),
+        history::unknown(Property::AckedMessageNeverLost, &json!({ "stream": ctx.stream, "last_acked_seq": last_acked, "read_up_to": next.saturating_sub(1),
             "problem": "the final read could not reach the last ack within a liveness window without progress" }));
         Outcome::Unknown
     } else if check.verified >= last_acked {

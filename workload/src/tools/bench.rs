@@ -16,6 +16,7 @@
 //!    second in total and of the slowest stream, CPU per 1 000 acks, RSS; beside it, as many
 //!    raw-with-headers loops at once, each on its own stream, for as long.
 
+use crate::history;
 use crate::cluster::LocalCluster;
 use crate::config::Config;
 use crate::drivers::{self, publisher, reader};
@@ -23,7 +24,6 @@ use crate::faults::QuietRequests;
 use crate::nats::jsapi;
 use crate::random::Source;
 use crate::run::{self, names, rss_mib, RunSpec};
-use crate::sdk;
 use crate::context::state::{ClusterAddr, Ctx, Stats};
 use crate::nats::jsapi::connect;
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, message::PublishMessage};
@@ -372,12 +372,12 @@ impl Bench {
             drivers::spawn_core(&ctx, &mut tasks);
             until(&ctx.stats.acked, 2_000, &ctx.cancel).await;
             let watched = [Property::AckedMessageNeverLost, Property::StreamStateCoversAcks, Property::ReadSequenceGapFree];
-            let before: u64 = watched.iter().map(|p| sdk::counts(*p).failed).sum();
+            let before: u64 = watched.iter().map(|p| history::counts(*p).failed).sum();
             let seq = Stats::get(&ctx.stats.last_acked_seq) / 2;
             let deleted = Instant::now(); // the server may apply it before its reply reaches us
             jsapi::request(&self.client, &format!("STREAM.MSG.DELETE.{}", ctx.stream), &json!({ "seq": seq }), Duration::from_secs(5)).await?;
             let limit = ctx.cfg.liveness.window * 2;
-            while watched.iter().map(|p| sdk::counts(*p).failed).sum::<u64>() == before && deleted.elapsed() < limit {
+            while watched.iter().map(|p| history::counts(*p).failed).sum::<u64>() == before && deleted.elapsed() < limit {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             if deleted.elapsed() < limit {
