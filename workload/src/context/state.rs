@@ -1,7 +1,7 @@
 //! What the drivers share while a run goes on: a few numbers, nothing per message.
 
 use crate::config::Config;
-use crate::faults::injector::FaultLog;
+use crate::faults::log::FaultLog;
 use crate::faults::QuietRequests;
 use crate::context::retry::Liveness;
 use crate::context::ops::OpTally;

@@ -9,7 +9,7 @@
 
 use crate::config::FaultKind;
 use anyhow::Context;
-use super::injector::quiet_asked;
+use super::quiet::quiet_asked;
 use bollard::container::{InspectContainerOptions, KillContainerOptions, ListContainersOptions, StartContainerOptions};
 use bollard::models::EndpointSettings;
 use bollard::network::{ConnectNetworkOptions, DisconnectNetworkOptions};

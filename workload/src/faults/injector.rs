@@ -8,23 +8,27 @@
 //! a bias toward the nodes whose role matters at that moment ([`ClusterView`], [`targets`]), and a scale request may be
 //! followed at once by a fault on the stream leader or a replica catching up. When a
 //! liveness window asks for quiet, everything is healed at once and nothing starts until the
-//! requested instant. Every start and end is logged, a start with its targets' roles.
+//! requested instant. Every start and end is logged (`log.rs`), a start with its targets'
+//! roles. The injector decides what and when; process and link faults are carried out by an
+//! executor (`local.rs` for a [`LocalCluster`], `docker.rs` for containers), faults on a
+//! node's files here through the [`Target`].
 
 use crate::cluster::LocalCluster;
 use crate::config::{Config, FaultKind, Schedule};
 use crate::faults::disk::{self, SnapshotCopies};
 use crate::faults::docker::DockerNodes;
+use crate::faults::local;
+use crate::faults::log::{FaultEvent, FaultLog};
+use crate::faults::quiet::{quiet_asked, quiet_until};
 use crate::round::Round;
 use crate::faults::targets;
 use crate::nats::view::{ClusterView, Role};
-use nix::sys::signal::Signal;
 use crate::random::{Chooser, Source};
 use rand::{seq::SliceRandom, Rng};
-use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -35,85 +39,6 @@ struct Active {
     kind: FaultKind,
     nodes: Vec<usize>,
     ends: Instant,
-}
-
-/// One line of the fault log.
-#[derive(Clone, Debug, Serialize)]
-pub struct FaultEvent {
-    /// Seconds since the run started.
-    pub t_s: f64,
-    pub event: &'static str,
-    pub kind: FaultKind,
-    pub nodes: Vec<String>,
-    /// The struck nodes' roles when the fault started (start events).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub roles: BTreeMap<String, Vec<Role>>,
-    #[serde(skip_serializing_if = "Value::is_null")]
-    pub detail: Value,
-}
-
-/// What happened, shared with the report.
-#[derive(Default)]
-pub struct FaultLog {
-    pub events: Mutex<Vec<FaultEvent>>,
-    file: Option<PathBuf>,
-}
-
-impl FaultLog {
-    pub fn new(file: Option<PathBuf>) -> Self {
-        if let Some(f) = &file {
-            let _ = std::fs::remove_file(f);
-        }
-        Self { events: Mutex::default(), file }
-    }
-
-    fn record(&self, e: FaultEvent) {
-        tracing::info!(t_s = format!("{:.1}", e.t_s), kind = ?e.kind, nodes = ?e.nodes, detail = %e.detail, "fault {}", e.event);
-        if let Some(path) = &self.file {
-            crate::logs::append_json_line(path, &e);
-        }
-        if let Ok(mut events) = self.events.lock() {
-            events.push(e);
-        }
-    }
-
-    /// Starts per fault type and per role struck, and every event, for the report.
-    pub fn summary(&self) -> Value {
-        let events = self.events.lock().map(|e| e.clone()).unwrap_or_default();
-        let name = |v: Value| v.as_str().map(str::to_string).unwrap_or_default();
-        let mut roles: BTreeMap<String, u64> = BTreeMap::new();
-        for e in events.iter().filter(|e| e.event == "start") {
-            for role in e.roles.values().flatten() {
-                *roles.entry(name(json!(role))).or_default() += 1;
-            }
-            if e.roles.values().all(Vec::is_empty) {
-                *roles.entry("bystander".into()).or_default() += 1;
-            }
-        }
-        json!({ "starts": self.starts_by_kind(), "roles_struck": roles, "events": events })
-    }
-
-    /// Fault starts per kind.
-    pub fn starts_by_kind(&self) -> BTreeMap<String, u64> {
-        let mut starts = BTreeMap::new();
-        for e in self.events.lock().iter().flat_map(|e| e.iter()).filter(|e| e.event == "start") {
-            *starts.entry(json!(e.kind).as_str().unwrap_or_default().to_string()).or_default() += 1;
-        }
-        starts
-    }
-
-    /// The servers membership faults have removed from the meta group so far (their names
-    /// before they rejoined under new ones), oldest first.
-    pub fn servers_removed(&self) -> Vec<String> {
-        // Read under the lock, as `starts` does: the operator asks at every settle look, and a
-        // long run's log is long.
-        let removed = |e: &FaultEvent| if e.event == "start" && e.kind == FaultKind::Membership { e.detail["removed"].as_str().map(str::to_string) } else { None };
-        self.events.lock().map(|events| events.iter().filter_map(removed).collect()).unwrap_or_default()
-    }
-
-    pub fn starts(&self) -> usize {
-        self.events.lock().map(|e| e.iter().filter(|e| e.event == "start").count()).unwrap_or(0)
-    }
 }
 
 /// What the faults act on: the local cluster's processes and proxies, or node containers
@@ -498,49 +423,7 @@ impl Injector {
             Target::Local(c) => c.clone(),
         };
         let mut cluster = cluster.lock().await;
-        let i = nodes[0];
-        match kind {
-            // Several nodes at once in a coordinated strike (see `Schedule::together`).
-            FaultKind::Kill => {
-                let pids: Vec<Option<u32>> = nodes.iter().map(|&i| cluster.nodes[i].pid()).collect();
-                nodes.iter().for_each(|&i| cluster.nodes[i].kill());
-                if let [pid] = pids[..] { json!({ "pid": pid }) } else { json!({ "pids": pids }) }
-            }
-            FaultKind::Pause => {
-                let sent: Vec<Value> = nodes.iter().map(|&i| json!({ "pid": cluster.nodes[i].pid(), "sent": cluster.nodes[i].signal(Signal::SIGSTOP) })).collect();
-                if let [one] = &sent[..] { one.clone() } else { json!({ "paused": sent }) }
-            }
-            FaultKind::Restart => {
-                let sig = if lame_duck { Signal::SIGUSR2 } else { Signal::SIGTERM };
-                let bin = cluster.server_bin.clone();
-                let node = &mut cluster.nodes[i];
-                let before = node.pid();
-                node.signal(sig);
-                // A lame-duck server takes its lame_duck_duration to leave: a quiet request
-                // meanwhile cuts that short (a kill) rather than wait for it.
-                let cut_short = tokio::select! {
-                    _ = node.wait_exit(Duration::from_secs(30)) => false,
-                    _ = quiet_asked(self.quiet.clone()) => true,
-                };
-                node.kill();
-                let started = node.start(&bin).map_err(|e| e.to_string());
-                json!({ "how": if lame_duck { "lame-duck" } else { "sigterm" }, "pid_before": before, "pid_after": node.pid(), "error": started.err(), "cut_short_by_quiet": cut_short })
-            }
-            FaultKind::Isolate | FaultKind::Split => {
-                let Some(net) = &cluster.network else { return Value::Null };
-                let cut = net.partition_links(nodes);
-                cut.iter().for_each(|l| l.cut());
-                json!({ "links_cut": cut.iter().map(|l| l.name.clone()).collect::<Vec<_>>() })
-            }
-            FaultKind::Latency => {
-                let Some(net) = &cluster.network else { return Value::Null };
-                let d = self.cfg.faults.latency;
-                net.links_of(i).iter().for_each(|l| l.delay(d));
-                json!({ "latency_ms": d.as_millis() as u64 })
-            }
-            // Carried out by `membership`, `damage` and `cut_power` before this match.
-            FaultKind::Membership | FaultKind::Corrupt | FaultKind::SnapshotRollback | FaultKind::PowerLoss | FaultKind::PowerLossAll => Value::Null,
-        }
+        local::apply(&mut cluster, kind, nodes, lame_duck, self.cfg.faults.latency, self.quiet.clone()).await
     }
 
     /// Stops node `i`, removes it from the meta group, wipes its data and names it anew
@@ -667,7 +550,7 @@ impl Injector {
     async fn end(&mut self, a: Active) {
         let detail = match &mut self.target {
             Target::Docker(d) => d.end(a.kind, &a.nodes).await,
-            Target::Local(c) => Self::end_local(&c.clone(), &a).await,
+            Target::Local(c) => local::end(&mut *c.clone().lock().await, a.kind, &a.nodes),
         };
         self.record("end", a.kind, &a.nodes, detail).await;
         if a.kind.destroys_data() {
@@ -698,50 +581,6 @@ impl Injector {
             let details = json!({ "node": name, "after_s": started.elapsed().as_secs_f64(), "last_problem": last });
             crate::sdk::check!(Property::NodeCameBackAfterDiskFault, last.is_empty(), &details);
         });
-    }
-
-    async fn end_local(cluster: &Arc<tokio::sync::Mutex<LocalCluster>>, a: &Active) -> Value {
-        {
-            let mut cluster = cluster.lock().await;
-            let bin = cluster.server_bin.clone();
-            match a.kind {
-                FaultKind::Membership | FaultKind::Corrupt | FaultKind::SnapshotRollback | FaultKind::PowerLoss => {
-                    let node = &mut cluster.nodes[a.nodes[0]];
-                    let started = node.start(&bin).map_err(|e| e.to_string());
-                    json!({ "pid": node.pid(), "error": started.err() })
-                }
-                FaultKind::Kill | FaultKind::PowerLossAll if a.nodes.len() > 1 => {
-                    let started: Vec<Value> = a.nodes.iter().map(|&i| {
-                        let node = &mut cluster.nodes[i];
-                        let started = node.start(&bin).map_err(|e| e.to_string());
-                        json!({ "node": node.name, "pid": node.pid(), "error": started.err() })
-                    }).collect();
-                    json!({ "started": started })
-                }
-                FaultKind::Kill | FaultKind::PowerLossAll => {
-                    let node = &mut cluster.nodes[a.nodes[0]];
-                    let started = node.start(&bin).map_err(|e| e.to_string());
-                    json!({ "pid": node.pid(), "error": started.err() })
-                }
-                FaultKind::Pause => {
-                    let resumed: Vec<bool> = a.nodes.iter().map(|&i| cluster.nodes[i].signal(Signal::SIGCONT)).collect();
-                    json!({ "resumed": resumed.iter().all(|r| *r) })
-                }
-                FaultKind::Restart => Value::Null,
-                FaultKind::Isolate | FaultKind::Split => {
-                    if let Some(net) = &cluster.network {
-                        net.partition_links(&a.nodes).iter().for_each(|l| l.heal());
-                    }
-                    Value::Null
-                }
-                FaultKind::Latency => {
-                    if let Some(net) = &cluster.network {
-                        net.links_of(a.nodes[0]).iter().for_each(|l| l.heal());
-                    }
-                    Value::Null
-                }
-            }
-        }
     }
 
     /// Ends every fault whose time is up; how many.
@@ -786,20 +625,5 @@ impl Injector {
     async fn record(&self, event: &'static str, kind: FaultKind, nodes: &[usize], detail: Value) {
         let names = self.target.names(nodes).await;
         self.log.record(FaultEvent { t_s: self.origin.elapsed().as_secs_f64(), event, kind, nodes: names, roles: BTreeMap::new(), detail });
-    }
-}
-
-fn quiet_until(quiet: &watch::Receiver<Option<Instant>>) -> Option<Instant> {
-    (*quiet.borrow()).filter(|q| *q > Instant::now())
-}
-
-/// Resolves once a quiet period is requested (at once if one is in force); never without
-/// a receiver.
-pub async fn quiet_asked(quiet: Option<watch::Receiver<Option<Instant>>>) {
-    let Some(mut quiet) = quiet else { return std::future::pending().await };
-    while quiet_until(&quiet).is_none() {
-        if quiet.changed().await.is_err() {
-            return std::future::pending().await;
-        }
     }
 }
