@@ -307,9 +307,12 @@ async fn deleting_a_recorded_message_fails_the_composer_checks() {
     let keep = h.config("keep.toml", "[composer]\nretire_verified = false\n");
     let (_, driver) = h.composer("driver", &["--duration", "6s", "--run-id", &h.run_id, "--config", &keep]);
     common::assert_passes_but_known_server_issues(&driver, "");
-    assert!(driver["counters"]["last_acked_seq"].as_u64().unwrap() > 500, "{driver}");
+    // A message in the middle of what was acknowledged: how many that is depends on the
+    // knobs the driver drew (one 8 KiB publish in flight, fsynced, made only 321 in 6 s in CI).
+    let last_acked = driver["counters"]["last_acked_seq"].as_u64().unwrap();
+    assert!(last_acked >= 10, "{driver}");
     let client = h.client().await;
-    api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": 500 })).await;
+    api(&client, &format!("STREAM.MSG.DELETE.{}", h.stream), json!({ "seq": last_acked / 2 })).await;
 
     for name in ["anytime", "finally"] {
         let (failed, report) = h.composer(name, &[]);

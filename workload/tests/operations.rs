@@ -48,7 +48,10 @@ wait_settled_probability = 1.0
 
 #[test]
 fn every_operation_takes_effect_on_five_nodes_and_every_property_holds() {
-    let (report, log, events) = local_run_logged(1, "5", "90s", EVERY_OPERATION, &[]);
+    // Long enough for every operation to settle at least once on a busy debug build: in a
+    // 90 s CI run the only applicable peer evacuation came at 83 s (moves to a three-node
+    // group leave it no spare) and was still copying when the run ended.
+    let (report, log, events) = local_run_logged(1, "5", "120s", EVERY_OPERATION, &[]);
     let tail: String = log.lines().rev().take(60).collect::<Vec<_>>().join("\n");
     common::assert_passes_but_known_server_issues(&report, &tail);
     let ops = &report["operations"];

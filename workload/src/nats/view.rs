@@ -45,6 +45,8 @@ pub struct ClusterView {
     /// Each node's server name and placement tags, by the node's place in the cluster's
     /// list, as its `/varz` last gave them.
     tags: Mutex<BTreeMap<usize, (String, BTreeSet<String>)>>,
+    /// The nodes whose `/varz` did not answer the latest look: their names may be stale.
+    tags_stale: Mutex<BTreeSet<usize>>,
     /// Copies of the stream that hold everything its leader holds, each read from its own
     /// node, with the wipe generation the look began in (see [`ClusterView::wiping`]).
     copies: Mutex<(u64, usize)>,
@@ -88,6 +90,7 @@ impl Default for ClusterView {
             snapshot: Mutex::default(),
             changes: watch::channel(0).0,
             tags: Mutex::default(),
+            tags_stale: Mutex::default(),
             copies: Mutex::default(),
             wipes: Default::default(),
             taker: Mutex::default(),
@@ -172,6 +175,27 @@ impl ClusterView {
         if let Ok(mut t) = self.tags.lock() {
             t.insert(i, (name, tags));
         }
+        if let Ok(mut stale) = self.tags_stale.lock() {
+            stale.remove(&i);
+        }
+    }
+
+    /// Node `i` did not answer for its name and tags: what was seen of it stays (for
+    /// placement checks) but is no longer vouched for ([`ClusterView::answering_tags_of`]).
+    pub fn missed_tags(&self, i: usize) {
+        if let Ok(mut stale) = self.tags_stale.lock() {
+            stale.insert(i);
+        }
+    }
+
+    /// The servers that answered the latest look, with their tags: the only ones that may
+    /// count as a spare before a peer is dropped. A node that went away and came back under
+    /// a new name while it did not answer would otherwise be counted under its old name, a
+    /// spare that does not exist (a CI run evacuated the third of three servers that way,
+    /// leaving the stream short a peer for good).
+    pub fn answering_tags_of(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let stale = self.tags_stale.lock().map(|s| s.clone()).unwrap_or_default();
+        self.tags.lock().map(|t| t.iter().filter(|(i, _)| !stale.contains(i)).map(|(_, v)| v.clone()).collect()).unwrap_or_default()
     }
 
     /// Every server now in the cluster (each node under its latest name), with its tags.
@@ -314,6 +338,20 @@ mod tests {
         let known = v.tags_of();
         assert_eq!(known.keys().collect::<Vec<_>>(), ["n1", "n3-2"], "the removed name is no spare");
         assert_eq!(known["n3-2"], tags(&["b"]));
+    }
+
+    #[test]
+    fn a_node_that_did_not_answer_is_no_spare_until_it_answers_again() {
+        let v = ClusterView::default();
+        let none = BTreeSet::new;
+        v.saw_tags(0, "n1".into(), none());
+        v.saw_tags(2, "n3".into(), none());
+        // n3 rejoins as n3-2, but every look since has missed it: "n3" must not count.
+        v.missed_tags(2);
+        assert_eq!(v.tags_of().keys().collect::<Vec<_>>(), ["n1", "n3"], "kept for placement checks");
+        assert_eq!(v.answering_tags_of().keys().collect::<Vec<_>>(), ["n1"]);
+        v.saw_tags(2, "n3-2".into(), none());
+        assert_eq!(v.answering_tags_of().keys().collect::<Vec<_>>(), ["n1", "n3-2"]);
     }
 
     #[test]

@@ -147,11 +147,16 @@ pub(crate) async fn system_client(ctx: &Ctx) -> Option<async_nats::Client> {
 pub async fn refresh_tags(ctx: &Ctx) {
     let http = http_client();
     for (i, url) in ctx.cluster.monitor_urls.iter().enumerate() {
-        let Ok(v) = get_json(&http, &format!("{url}/varz")).await else { continue };
+        let Ok(v) = get_json(&http, &format!("{url}/varz")).await else {
+            ctx.view.missed_tags(i);
+            continue;
+        };
         if let Some(name) = v["server_name"].as_str() {
             let cluster = v["cluster"]["name"].as_str().map(|c| format!("{CLUSTER_TAG}{c}"));
             let tags = v["tags"].as_array().into_iter().flatten().filter_map(Value::as_str).map(String::from).chain(cluster).collect();
             ctx.view.saw_tags(i, name.to_string(), tags);
+        } else {
+            ctx.view.missed_tags(i);
         }
     }
 }

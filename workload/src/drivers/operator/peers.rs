@@ -24,7 +24,8 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
     };
     let holders = peers(&info.view);
     let removed_before = removed_servers(ctx).len();
-    let tags_of = ctx.view.tags_of();
+    // Only servers that answered just now count: a spare must exist under the name seen.
+    let tags_of = ctx.view.answering_tags_of();
     // A replacement must exist, or the server rightly refuses ("peer remap failed"), and
     // beyond any peer the stream already lacks.
     let spare = has_spare(&servers_with(&tags_of, &info.view.config.placement.required()), &holders, info.view.config.num_replicas);
