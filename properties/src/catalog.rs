@@ -74,6 +74,8 @@ macro_rules! for_each_property {
              "the consumer reaches the last acknowledged sequence within the liveness window")
             (DurableEventuallyCatchesUp, eventually, "durable-eventually-catches-up",
              "the durable consumer receives every message up to the last acknowledged sequence within the liveness window")
+            (DurableEveryMessageDelivered, eventually, "durable-every-message-delivered",
+             "every acknowledged message reaches the durable consumer within its ack wait plus the liveness window, counted from its publish ack or the consumer's last change")
             (DurableReplicasAgreeAtRest, eventually, "durable-replicas-agree-at-rest",
              "once nothing reads or acks, every replica of the durable consumer reports the leader's delivered sequence and ack floor within the liveness window")
             (ScaleEventuallySettles, eventually, "scale-eventually-settles",

@@ -15,13 +15,17 @@
 //!   from an undo);
 //! - nothing is skipped: the ack floor never passes a sequence that was never delivered
 //!   while the stream still holds it (a message gone from the stream is data loss, judged
-//!   by the loss checks, not a skip).
+//!   by the loss checks, not a skip);
+//! - at least once: every acknowledged message reaches the consumer within its ack wait
+//!   plus the liveness window of its publish ack, or of the consumer's last change
+//!   ([`DeliveryWatch`]).
 
 use crate::payload::RunMessages;
 use crate::ranges::Ranges;
 use crate::read::{ContentCheck, ContentProblem};
 use crate::{Property, Violation};
 use crate::confirm::Confirm;
+use crate::liveness::WindowConfig;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -139,17 +143,45 @@ pub struct DurableLedger {
     content: ContentCheck,
     received: Ranges,
     confirmed: Ranges,
+    /// Sequences the ack floor passed before they were received (each reported once as a
+    /// skip): still owed to the consumer, and followed to whether they ever come.
+    passed: Ranges,
+}
+
+/// What became of the messages owed to the durable consumer, by the end of its run: those
+/// reported late, and those its ack floor passed before they were received.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Owed {
+    pub late: LateMessages,
+    pub skipped: Skips,
+}
+
+impl Handover {
+    pub fn owed(&self) -> Owed {
+        Owed { late: self.delivery.late(&self.ledger, 8), skipped: self.ledger.skips(8) }
+    }
+}
+
+/// What became of the sequences the ack floor passed before they were received.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Skips {
+    pub passed: u64,
+    /// Of those, received afterwards (the server delivered them after all).
+    pub received_later: u64,
+    /// Never received (the first runs).
+    pub never_received: Vec<(u64, u64)>,
 }
 
 impl DurableLedger {
     pub fn new(messages: RunMessages) -> Self {
-        Self { content: ContentCheck::new(messages), received: Ranges::default(), confirmed: Ranges::default() }
+        Self { content: ContentCheck::new(messages), received: Ranges::default(), confirmed: Ranges::default(), passed: Ranges::default() }
     }
 
     /// Forgets everything: the consumer was found gone (and reported) and is made anew.
     pub fn restart(&mut self) {
         self.received = Ranges::default();
         self.confirmed = Ranges::default();
+        self.passed = Ranges::default();
     }
 
     /// Every sequence up to this one was delivered at least once.
@@ -189,6 +221,42 @@ impl DurableLedger {
         self.received.insert_range(from, to);
     }
 
+    /// The first sequence up to `floor` neither received nor already reported passed.
+    fn first_unjudged(&self, floor: u64) -> Option<u64> {
+        let mut next = 1;
+        while let Some(end) = self.received.end_of(next).or_else(|| self.passed.end_of(next)) {
+            next = end + 1;
+        }
+        (next <= floor).then_some(next)
+    }
+
+    /// Whether the ack floor passed `seq` before it was received.
+    pub fn was_passed(&self, seq: u64) -> bool {
+        self.passed.contains(seq)
+    }
+
+    /// The ack floor `floor` passed what was never received, and that was reported: the
+    /// floor is not judged for them again, but they stay owed (see [`DeliveryWatch`]) and
+    /// followed ([`DurableLedger::skips`]).
+    pub fn passed_by_floor(&mut self, floor: u64) {
+        for (from, to) in self.received.gaps(floor, usize::MAX) {
+            self.passed.insert_range(from, to);
+        }
+    }
+
+    /// What became of the sequences the floor passed: received later, or never.
+    pub fn skips(&self, max: usize) -> Skips {
+        let passed: u64 = self.passed.iter().map(|(s, e)| e - s + 1).sum();
+        let received_later: u64 = self.passed.iter().map(|(s, e)| self.received.count_in(s, e)).sum();
+        let never_received = self.passed.iter().flat_map(|(s, e)| gaps_within(&self.received, s, e)).take(max).collect();
+        Skips { passed, received_later, never_received }
+    }
+
+    /// The first `max` runs of acknowledged sequences (up to `last_acked`) never received.
+    pub fn never_received(&self, last_acked: u64, max: usize) -> Vec<(u64, u64)> {
+        self.received.gaps(last_acked, max)
+    }
+
     /// Whether the server confirmed the ack of `seq`.
     pub fn is_confirmed(&self, seq: u64) -> bool {
         self.confirmed.contains(seq)
@@ -218,13 +286,156 @@ impl DurableLedger {
                         "problem": "the consumer's ack floor is below sequences whose acks the server confirmed" }),
             ));
         }
-        let missing = self.received.first_missing(floor)?;
+        let missing = self.first_unjudged(floor)?;
         Some(Violation::new(
             Property::DurableNothingSkipped,
             json!({ "ack_floor": floor, "never_delivered": missing, "received_floor": self.received_floor(),
                     "problem": "the consumer's ack floor passed a sequence never delivered to it" }),
         ))
     }
+}
+
+/// At least once, judged: the oldest acknowledged message the consumer has not received
+/// must reach it within a deadline of its ack wait plus the liveness window, counted from
+/// its publish ack or from the consumer's last change (made, rescaled, a new leader: what
+/// was pending is redelivered only after an ack wait), whichever came later. As in every
+/// window, faults are asked to pause for the deadline's last `quiet` seconds, and a message
+/// is late only once they were (one quiet period serves every message owed past its
+/// deadline at the time, so a withheld range is judged at once, not a quiet apiece). A late
+/// message is reported once and then watched: received later, or never.
+#[derive(Clone, Debug)]
+pub struct DeliveryWatch {
+    deadline: Duration,
+    quiet: Duration,
+    /// The oldest message owed, and since when.
+    oldest: Option<(u64, Duration)>,
+    /// When faults were last asked to pause for a message owed.
+    quiet_at: Option<Duration>,
+    /// Messages reported late (received since, or not).
+    late: Ranges,
+}
+
+/// What one look says.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeliveryCheck {
+    /// Nothing owed, or the oldest message owed is within its deadline.
+    Fine,
+    /// The message watched was received within its deadline (after `waited`).
+    Held { seq: u64, waited: Duration },
+    /// The quiet part of a deadline begins: faults should pause.
+    AskQuiet { seq: u64 },
+    /// Owed past their deadlines, quiet included: `from ..= to` (those of it not received),
+    /// the first after `waited`. Reported once each.
+    Late { from: u64, to: u64, waited: Duration },
+}
+
+/// What became of the messages reported late, by the end.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct LateMessages {
+    pub late: u64,
+    /// Of those, received after they were reported.
+    pub received_later: u64,
+    /// Never received (the first runs).
+    pub never_received: Vec<(u64, u64)>,
+}
+
+impl DeliveryWatch {
+    /// `window`: the liveness window (its length and quiet part); `ack_wait`: the consumer's.
+    pub fn new(window: WindowConfig, ack_wait: Duration) -> Self {
+        Self { deadline: window.window + ack_wait, quiet: window.quiet, oldest: None, quiet_at: None, late: Ranges::default() }
+    }
+
+    /// The first message neither received nor reported late.
+    fn owed(&self, ledger: &DurableLedger) -> u64 {
+        let mut next = 1;
+        while let Some(end) = ledger.received.end_of(next).or_else(|| self.late.end_of(next)) {
+            next = end + 1;
+        }
+        next
+    }
+
+    /// Every message up to this one was received or reported late: how far the consumer
+    /// got, for its catch-up (a late message stalls nothing twice).
+    pub fn settled_floor(&self, ledger: &DurableLedger) -> u64 {
+        self.owed(ledger) - 1
+    }
+
+    /// One look at `now`: `last_acked` is the publisher's last ack, `acked_at(seq)` when
+    /// `seq` was acknowledged at the latest (none: not known; counted from now), and the
+    /// consumer last changed at `changed_at`.
+    pub fn observe(&mut self, now: Duration, ledger: &DurableLedger, last_acked: u64, acked_at: impl Fn(u64) -> Option<Duration>, changed_at: Duration) -> DeliveryCheck {
+        let since = |seq: u64| acked_at(seq).unwrap_or(now).max(changed_at).min(now);
+        let owed = self.owed(ledger);
+        let mut out = DeliveryCheck::Fine;
+        if let Some((seq, since)) = self.oldest.filter(|(seq, _)| *seq < owed) {
+            out = DeliveryCheck::Held { seq, waited: now.saturating_sub(since) };
+            self.oldest = None;
+        }
+        if owed > last_acked {
+            return out;
+        }
+        let (seq, from) = *self.oldest.get_or_insert_with(|| (owed, since(owed)));
+        let waited = now.saturating_sub(from);
+        if waited + self.quiet < self.deadline {
+            return out;
+        }
+        match self.quiet_at {
+            Some(q) if now < q + self.quiet => return out, // in the quiet part
+            Some(q) if now.saturating_sub(q) <= self.deadline => {} // quiet was had: judge
+            _ => {
+                self.quiet_at = Some(now);
+                return DeliveryCheck::AskQuiet { seq };
+            }
+        }
+        if waited < self.deadline {
+            return out;
+        }
+        // Late: this one, and every message owed after it whose deadline has passed too.
+        self.oldest = None;
+        let mut to = seq;
+        self.late.insert(seq);
+        loop {
+            let next = self.owed(ledger);
+            if next > last_acked || now.saturating_sub(since(next)) < self.deadline {
+                break;
+            }
+            self.late.insert(next);
+            to = next;
+        }
+        DeliveryCheck::Late { from: seq, to, waited }
+    }
+
+    /// The messages reported late: how many, how many were received since, and the first
+    /// runs of those never received.
+    pub fn late(&self, ledger: &DurableLedger, max: usize) -> LateMessages {
+        let late: u64 = self.late.iter().map(|(s, e)| e - s + 1).sum();
+        let received_later: u64 = self.late.iter().map(|(s, e)| ledger.received.count_in(s, e)).sum();
+        let never_received = self.late.iter().flat_map(|(s, e)| gaps_within(&ledger.received, s, e)).take(max).collect();
+        LateMessages { late, received_later, never_received }
+    }
+
+    /// The consumer was made anew (with a new ledger): what it owes is counted afresh.
+    pub fn restart(&mut self) {
+        self.oldest = None;
+        self.late = Ranges::default();
+    }
+}
+
+/// The runs of `from ..= to` that `set` lacks.
+fn gaps_within(set: &Ranges, from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut seq = from;
+    while seq <= to {
+        match set.end_of(seq) {
+            Some(end) => seq = end.saturating_add(1),
+            None => {
+                let stop = set.iter().map(|(s, _)| s).find(|s| *s > seq).map_or(to, |s| (s - 1).min(to));
+                out.push((seq, stop));
+                seq = stop + 1;
+            }
+        }
+    }
+    out
 }
 
 /// One node's view of its own replica of the durable consumer (its `/jsz` consumer
@@ -296,6 +507,8 @@ impl FloorJudge {
 pub struct Handover {
     pub ledger: DurableLedger,
     pub judge: FloorJudge,
+    /// At-least-once: what was reported late (and the report says what came of it).
+    pub delivery: DeliveryWatch,
 }
 
 /// Whether a CONSUMER.INFO answer shows the consumer kept by one server only.
@@ -352,6 +565,96 @@ mod judge_tests {
         let mut c = FloorJudge::new(s(4));
         c.saw(OneServer::Configured, s(5));
         assert!(c.excuses(&undone, s(5), s(60)), "configured R1 counts at once");
+    }
+}
+
+#[cfg(test)]
+mod delivery_tests {
+    use super::*;
+
+    fn s(x: u64) -> Duration {
+        Duration::from_secs(x)
+    }
+
+    fn watch() -> DeliveryWatch {
+        DeliveryWatch::new(WindowConfig { window: s(120), quiet: s(30), ..Default::default() }, s(10))
+    }
+
+    /// A ledger that received `seqs`.
+    fn received(seqs: impl IntoIterator<Item = u64>) -> DurableLedger {
+        let m = RunMessages::new("run", 7, 16);
+        let mut l = DurableLedger::new(m.clone());
+        for seq in seqs {
+            let p = m.payload(seq);
+            l.on_delivery(seq, Some(&m.msg_id(seq)), Some(&crate::payload::checksum(&p)), &p);
+        }
+        l
+    }
+
+    #[test]
+    fn a_message_owed_past_ack_wait_and_window_is_late_once_quiet_was_had() {
+        let mut w = watch();
+        let acked = |_| Some(s(5));
+        let mut l = received(1..=100);
+        assert_eq!(w.observe(s(10), &l, 100, acked, s(0)), DeliveryCheck::Fine, "nothing owed");
+        assert_eq!(w.observe(s(20), &l, 150, acked, s(0)), DeliveryCheck::Fine, "101 owed since its ack at 5 s");
+        assert_eq!(w.observe(s(106), &l, 150, acked, s(0)), DeliveryCheck::AskQuiet { seq: 101 }, "130 s deadline, 30 s of it quiet");
+        assert_eq!(w.observe(s(134), &l, 150, acked, s(0)), DeliveryCheck::Fine, "in the quiet part");
+        assert_eq!(w.observe(s(136), &l, 150, acked, s(0)), DeliveryCheck::Late { from: 101, to: 150, waited: s(131) }, "every message acked as long ago is late with it");
+        assert_eq!(w.observe(s(140), &l, 150, acked, s(0)), DeliveryCheck::Fine, "reported once");
+        assert_eq!(w.settled_floor(&l), 150, "a late message stalls the catch-up no more");
+        for seq in 101..=120 {
+            l.on_delivery(seq, None, None, b"");
+        }
+        assert_eq!(w.late(&l, 8), LateMessages { late: 50, received_later: 20, never_received: vec![(121, 150)] });
+    }
+
+    #[test]
+    fn only_messages_past_their_own_deadline_are_late() {
+        let mut w = watch();
+        let acked = |seq: u64| Some(s(seq));
+        let l = received(1..=4);
+        assert_eq!(w.observe(s(100), &l, 50, acked, s(0)), DeliveryCheck::Fine, "95 s: before the quiet part");
+        assert_eq!(w.observe(s(105), &l, 50, acked, s(0)), DeliveryCheck::AskQuiet { seq: 5 });
+        assert_eq!(w.observe(s(140), &l, 50, acked, s(0)), DeliveryCheck::Late { from: 5, to: 10, waited: s(135) }, "11 was acked at 11 s: 129 s ago");
+        assert_eq!(w.observe(s(141), &l, 50, acked, s(0)), DeliveryCheck::Late { from: 11, to: 11, waited: s(130) }, "the quiet just had serves it");
+        assert_eq!(w.observe(s(300), &l, 50, acked, s(0)), DeliveryCheck::AskQuiet { seq: 12 }, "a quiet period long past does not serve");
+    }
+
+    #[test]
+    fn the_deadline_counts_from_the_later_of_the_ack_and_the_consumers_last_change() {
+        let mut w = watch();
+        let none = received([]);
+        let all = received(1..=10);
+        assert_eq!(w.observe(s(50), &none, 10, |_| Some(s(1)), s(40)), DeliveryCheck::Fine);
+        assert_eq!(w.observe(s(139), &none, 10, |_| Some(s(1)), s(40)), DeliveryCheck::Fine, "99 s since the change (quiet from 100 s), not 138 since the ack");
+        assert_eq!(w.observe(s(141), &all, 10, |_| Some(s(1)), s(40)), DeliveryCheck::Held { seq: 1, waited: s(101) });
+        let mut u = watch();
+        assert_eq!(u.observe(s(50), &none, 10, |_| None, s(0)), DeliveryCheck::Fine, "an unknown ack time counts from now");
+        assert_eq!(u.observe(s(150), &none, 10, |_| None, s(0)), DeliveryCheck::AskQuiet { seq: 1 });
+        assert_eq!(u.observe(s(175), &none, 10, |_| None, s(0)), DeliveryCheck::Fine, "130 s from 50");
+        assert!(matches!(u.observe(s(181), &none, 10, |_| None, s(0)), DeliveryCheck::Late { from: 1, .. }));
+        u.restart();
+        assert_eq!(u.observe(s(182), &none, 10, |_| None, s(182)), DeliveryCheck::Fine, "a new consumer owes from its making");
+    }
+
+    #[test]
+    fn a_passed_sequence_is_reported_once_and_followed_to_whether_it_comes() {
+        let mut l = received([1, 2, 3, 5, 6, 9]);
+        assert_eq!(l.judge_ack_floor(9).unwrap().details["never_delivered"], 4);
+        l.passed_by_floor(9);
+        assert_eq!(l.judge_ack_floor(9), None, "reported once");
+        assert_eq!(l.judge_ack_floor(10).unwrap().details["never_delivered"], 10, "a later skip is judged");
+        assert_eq!(l.received_floor(), 3, "still owed");
+        l.on_delivery(7, None, None, b"");
+        assert_eq!(l.skips(8), Skips { passed: 3, received_later: 1, never_received: vec![(4, 4), (8, 8)] });
+    }
+
+    #[test]
+    fn never_received_lists_the_holes_up_to_the_last_ack() {
+        let l = received([1, 2, 3, 5, 6, 9]);
+        assert_eq!(l.never_received(10, 8), vec![(4, 4), (7, 8), (10, 10)]);
+        assert_eq!(l.never_received(6, 8), vec![(4, 4)]);
     }
 }
 

@@ -40,6 +40,11 @@ impl Ranges {
         }
     }
 
+    /// The end of the range holding `seq`, if one does.
+    pub fn end_of(&self, seq: u64) -> Option<u64> {
+        self.0.range(..=seq).next_back().and_then(|(_, &e)| (seq <= e).then_some(e))
+    }
+
     /// The lowest sequence in `1 ..= limit` that is not in the set.
     pub fn first_missing(&self, limit: u64) -> Option<u64> {
         let next = self.floor() + 1;
@@ -63,6 +68,26 @@ impl Ranges {
         }
     }
 
+    /// The first `max` runs of sequences in `1 ..= limit` that are NOT in the set, as
+    /// closed ranges, in order.
+    pub fn gaps(&self, limit: u64, max: usize) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut next = 1u64;
+        for (s, e) in self.iter() {
+            if next > limit || out.len() == max {
+                return out;
+            }
+            if s > next {
+                out.push((next, (s - 1).min(limit)));
+            }
+            next = next.max(e.saturating_add(1));
+        }
+        if next <= limit && out.len() < max {
+            out.push((next, limit));
+        }
+        out
+    }
+
     /// The ranges in order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.0.iter().map(|(&s, &e)| (s, e))
@@ -81,6 +106,20 @@ impl Ranges {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gaps_are_the_missing_runs_up_to_a_limit() {
+        let mut r = Ranges::default();
+        assert_eq!(r.gaps(3, 8), vec![(1, 3)]);
+        r.insert_range(1, 4);
+        r.insert_range(7, 9);
+        r.insert(12);
+        assert_eq!(r.gaps(20, 8), vec![(5, 6), (10, 11), (13, 20)]);
+        assert_eq!(r.gaps(10, 8), vec![(5, 6), (10, 10)]);
+        assert_eq!(r.gaps(9, 8), vec![(5, 6)]);
+        assert_eq!(r.gaps(20, 1), vec![(5, 6)], "at most `max`");
+        assert_eq!(r.gaps(4, 8), Vec::<(u64, u64)>::new());
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -325,3 +325,58 @@ async fn a_follower_storing_another_ack_floor_fails_durable_replicas_agree_at_re
     assert_eq!(differ[0]["ack_floor"].as_u64().unwrap() + 1, first["leader"]["ack_floor"].as_u64().unwrap(), "{first}");
     assert_eq!(done.report["final_check"]["durable"], "failed");
 }
+
+/// A publish ack of `stream`, fresh or duplicate.
+fn any_ack(frame: &Frame, stream: &str) -> bool {
+    let Frame::Msg { payload, .. } = frame else { return false };
+    serde_json::from_slice::<Value>(payload).is_ok_and(|ack| ack["stream"] == stream && ack.get("seq").is_some())
+}
+
+/// From 8 s into a 12 s run every publish ack is lost on the client's link, for good: the
+/// publisher's window is still open when the run's time is up. The run finishes it (the
+/// publisher goes on resending what it sent, faults paused) and it runs out: a stall at the
+/// end of a run fails like one in its middle, instead of passing unjudged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_publish_stall_open_when_the_run_ends_fails_publish_eventually_acked() {
+    let h = Harness::start("endstall").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    let from = std::time::Instant::now() + Duration::from_secs(8);
+    link.forge(Arc::new(Mutex::new(move |f: Frame| if std::time::Instant::now() > from && any_ack(&f, &stream) { vec![] } else { vec![f] })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
+    done.assert_failed("publish-eventually-acked", &[]);
+    let row = done.property("publish-eventually-acked");
+    assert!(row["first_failure_s"].as_f64().is_some_and(|t| t > 12.0), "judged after the run's time was up: {row}");
+    assert_eq!(done.report["final_check"]["read"], "held", "what was acknowledged is all there: {}", done.why());
+    assert_eq!(done.report["windows_left_open"], json!([]), "nothing left open: {}", done.why());
+}
+
+/// Every delivery of one stream sequence to the durable consumer is lost on the client's
+/// link, for good (the ordered reader gets it): the message is stored and acknowledged but
+/// never reaches the durable consumer. At least once is judged: it is late after its ack
+/// wait plus the liveness window, and the final check says it was never received.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_withheld_from_the_durable_consumer_fails_durable_every_message_delivered() {
+    let h = Harness::start("withheld").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    let mut withheld: Option<u64> = None;
+    link.forge(Arc::new(Mutex::new(move |f: Frame| match delivery(&f, &stream) {
+        Some((sseq, consumer, _)) if consumer == "durable" && (withheld == Some(sseq) || (withheld.is_none() && sseq >= 2000)) => {
+            withheld = Some(sseq);
+            vec![]
+        }
+        _ => vec![f],
+    })));
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "12s", &["--operator", "false"]), LIMIT);
+    done.assert_failed("durable-every-message-delivered", &[]);
+    let first = &done.property("durable-every-message-delivered")["first_failure"];
+    let seq = first["first_late"].as_u64().expect("the late sequence");
+    assert!(seq >= 2000 && first["never_received"][0] == json!([seq, seq]), "{first}");
+    assert!(first["waited_s"].as_f64().is_some_and(|w| w >= 25.0), "ack wait 5 s + window 20 s: {first}");
+    let owed = &done.report["final_check"]["durable_owed"];
+    assert_eq!(owed["late"]["never_received"], json!([[seq, seq]]), "{owed}");
+    assert_eq!(done.report["final_check"]["durable"], "held", "the ack floor never passed it: {}", done.why());
+}

@@ -36,6 +36,8 @@ pub struct OpTally {
     /// Where every request and settle goes as it happens (`operations.jsonl`), with the
     /// run's start: faults have their times in faults.jsonl, and a failure is read against both.
     log: std::sync::OnceLock<(std::path::PathBuf, Instant)>,
+    /// When an operation was last requested on each stream.
+    last_request: Mutex<BTreeMap<String, Instant>>,
 }
 
 impl OpTally {
@@ -49,8 +51,18 @@ impl OpTally {
     /// settled (the peers before and after), requested-again, waiting-for-move.
     pub fn record(&self, stream: &str, op: OpKind, event: &str, detail: Value) {
         tracing::info!(op = op.id(), %stream, %detail, "operation {event}");
+        if event.starts_with("requested") {
+            if let Ok(mut m) = self.last_request.lock() {
+                m.insert(stream.to_string(), Instant::now());
+            }
+        }
         let Some((path, origin)) = self.log.get() else { return };
         crate::logs::append_json_line(path, &json!({ "t_s": origin.elapsed().as_secs_f64(), "event": event, "op": op.id(), "stream": stream, "detail": detail }));
+    }
+
+    /// When an operation was last requested on `stream`.
+    pub fn last_request(&self, stream: &str) -> Option<Instant> {
+        self.last_request.lock().ok()?.get(stream).copied()
     }
 
     pub fn count(&self, op: OpKind, f: impl FnOnce(&mut OpCounts)) {

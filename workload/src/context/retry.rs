@@ -3,6 +3,11 @@
 //! failure loop, a reader's catch-up (where progress starts the window over), and polling a
 //! question until it is answered. At the quiet point of a window faults are asked to
 //! pause; a window that runs out is a liveness failure (or, for a question, "unknown").
+//!
+//! No window passes by being left: when the run's time is up ([`Liveness::finishing`]) the
+//! drivers finish what they had open, and a window that runs out then ends instead of
+//! starting over; a window still undecided when it is dropped (the run was stopped under
+//! it) is kept in [`Liveness::left_open`] and reported `unknown` by the run.
 
 use crate::faults::quiet::Why;
 use crate::faults::QuietRequests;
@@ -12,6 +17,7 @@ use properties::Property;
 use serde_json::json;
 use std::fmt::Display;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +42,23 @@ pub struct Liveness {
     pub quiet: QuietRequests,
     /// Stop retrying after the first window runs out (the final verification must end).
     pub give_up: bool,
+    /// The run's time is up: start nothing new, finish what is open (faults are paused by
+    /// then); a window that runs out from now on ends instead of starting over. Shared by
+    /// every clone of this liveness (one per stream and epoch).
+    pub finishing: CancellationToken,
+    /// Windows dropped undecided: the run was stopped while they were open.
+    left_open: Arc<Mutex<Vec<LeftOpen>>>,
+}
+
+/// A window the run was stopped under: its question was never answered.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LeftOpen {
+    pub property: Property,
+    pub op: &'static str,
+    /// Seconds from the run's start: when it opened (or last progressed), and when it was left.
+    pub opened_s: f64,
+    pub left_s: f64,
+    pub failures: u32,
 }
 
 /// One open window for one operation.
@@ -43,9 +66,13 @@ pub struct OpenWindow<'a> {
     live: &'a Liveness,
     window: Window,
     op: &'static str,
-    /// Reported when the window runs out or the operation succeeds; none for questions and
-    /// first contact, whose callers judge the outcome themselves.
+    /// The property the window decides: reported when it runs out or the operation
+    /// succeeds (unless `reports` is false: a question whose caller reports the outcome).
     property: Option<Property>,
+    reports: bool,
+    /// A try failed (or, for a question, it was asked) and no verdict was given yet: left
+    /// like that, the window is recorded as left open.
+    undecided: bool,
 }
 
 /// What a failure inside a window means, before any waiting.
@@ -62,7 +89,23 @@ pub enum Step {
 
 impl Liveness {
     pub fn new(cfg: WindowConfig, origin: Instant, quiet: QuietRequests) -> Self {
-        Self { cfg, origin, quiet, give_up: false }
+        Self { cfg, origin, quiet, give_up: false, finishing: CancellationToken::new(), left_open: Arc::default() }
+    }
+
+    /// The same liveness (clock, quiet, stop phase, windows left open), giving up after one
+    /// expired window or not.
+    pub fn giving_up(&self, give_up: bool) -> Self {
+        Liveness { give_up, ..self.clone() }
+    }
+
+    /// Whether a window that ran out ends here (instead of a fresh one starting).
+    fn ends_on_expiry(&self) -> bool {
+        self.give_up || self.finishing.is_cancelled()
+    }
+
+    /// Takes the windows left open so far (the run reports each as unknown).
+    pub fn take_left_open(&self) -> Vec<LeftOpen> {
+        std::mem::take(&mut *self.left_open.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub fn now(&self) -> Duration {
@@ -80,8 +123,16 @@ impl Liveness {
         self.open_for(op, None)
     }
 
+    /// A question whose answer decides `property` (a reader catching up: its caller
+    /// reports the outcome): open from the start, so left undecided it is recorded.
+    pub fn open_question_for(&self, op: &'static str, property: Property) -> OpenWindow<'_> {
+        let mut w = self.open_for(op, Some(property));
+        (w.undecided, w.reports) = (true, false);
+        w
+    }
+
     fn open_for(&self, op: &'static str, property: Option<Property>) -> OpenWindow<'_> {
-        OpenWindow { live: self, window: Window::open(self.cfg, self.now()), op, property }
+        OpenWindow { live: self, window: Window::open(self.cfg, self.now()), op, property, reports: true, undecided: false }
     }
 
     /// Runs `f` until it succeeds; the success holds `property`. Every window that runs out
@@ -152,7 +203,7 @@ impl Liveness {
                         w.progressed();
                     }
                     if !w.failed(&last_error, cancel).await {
-                        if self.give_up {
+                        if self.ends_on_expiry() {
                             return Err(last_error);
                         }
                         window = None; // expired and reported: start over
@@ -186,6 +237,7 @@ impl OpenWindow<'_> {
     /// Records a failure without waiting: what comes next. At the quiet point faults are
     /// asked to pause. Expiry is not reported here (the caller has the details).
     pub fn step(&mut self, error: &str) -> Step {
+        self.undecided = true;
         match self.window.failed(self.live.now()) {
             Next::Retry(pause) => Step::Retry(pause),
             Next::RequestQuiet { quiet, retry_after } => {
@@ -203,10 +255,11 @@ impl OpenWindow<'_> {
         let pause = match self.step(error) {
             Step::Retry(p) | Step::QuietStarted(p) => p,
             Step::Expired(elapsed) => {
-                if let Some(p) = self.property {
+                if let Some(p) = self.property.filter(|_| self.reports) {
                     window_verdict!(p, false, &json!({
                         "op": self.op, "elapsed_s": elapsed.as_secs_f64(), "failures": self.window.failures(), "last_error": error }));
                 }
+                self.undecided = false;
                 return false;
             }
         };
@@ -227,9 +280,30 @@ impl OpenWindow<'_> {
     }
 
     /// The operation succeeded inside the window.
-    pub fn succeeded(self) {
-        if let Some(p) = self.property {
+    pub fn succeeded(mut self) {
+        if let Some(p) = self.property.filter(|_| self.reports) {
             window_verdict!(p, true, &json!({ "op": self.op, "elapsed_s": self.elapsed().as_secs_f64(), "failures": self.window.failures() }));
         }
+        self.undecided = false;
+    }
+
+    /// Its caller decided the question (and reported the outcome itself).
+    pub fn decided(mut self) {
+        self.undecided = false;
+    }
+
+    /// The window ran out and its caller reported that; it ends here.
+    pub fn expired(self) {
+        self.decided()
+    }
+}
+
+impl Drop for OpenWindow<'_> {
+    fn drop(&mut self) {
+        let Some(property) = self.property.filter(|_| self.undecided) else { return };
+        let now = self.live.now();
+        let left = LeftOpen { property, op: self.op, opened_s: now.saturating_sub(self.window.elapsed(now)).as_secs_f64(), left_s: now.as_secs_f64(), failures: self.window.failures() };
+        tracing::debug!(?left, "a liveness window was left open");
+        self.live.left_open.lock().unwrap_or_else(|p| p.into_inner()).push(left);
     }
 }

@@ -34,6 +34,8 @@ pub struct Ctx {
     pub cluster: ClusterAddr,
     pub live: Liveness,
     pub cancel: CancellationToken,
+    /// The publisher has ended (after finishing): the last ack is final.
+    pub published: CancellationToken,
     pub stats: Arc<Stats>,
     pub suspicions: Arc<Suspicions>,
     /// Who does what in the cluster (the monitor keeps it; the fault injector reads it).
@@ -67,6 +69,7 @@ impl Ctx {
             subject,
             cluster: cluster.clone(),
             cancel,
+            published: CancellationToken::new(),
             stats: Arc::default(),
             suspicions: Arc::default(),
             view: Arc::default(),
@@ -81,7 +84,7 @@ impl Ctx {
     /// stop; the final verification and the benchmark go on after that). `give_up`: stop
     /// retrying after one expired liveness window.
     pub fn with_cancel(&self, cancel: &CancellationToken, give_up: bool) -> Ctx {
-        Ctx { cancel: cancel.clone(), live: Liveness { give_up, ..self.live.clone() }, ..self.clone() }
+        Ctx { cancel: cancel.clone(), live: self.live.giving_up(give_up), ..self.clone() }
     }
 
     /// Acknowledged sequences `from ..= to` were confirmed gone by a read.

@@ -48,17 +48,12 @@ impl<'a> CatchUp<'a> {
     /// or that a window ran out (reported).
     /// `consumed`: every sequence up to it was read. `other`: another measure of the
     /// reader's work that counts as progress when it grows (the durable consumer's
-    /// confirmed acks: redelivering what the server took back moves that, not `consumed`).
+    /// deliveries: redelivering what the server took back moves that, not `consumed`).
     pub fn tick(&mut self, ctx: &'a Ctx, until: Until, consumed: u64, other: u64) -> Tick {
         let progressed = consumed > self.seen || other > self.seen_other;
         self.seen = consumed;
         self.seen_other = other;
-        if let Some((target, w)) = &self.target {
-            if consumed >= *target {
-                sdk::check!(self.property => [Property::ConsumerEventuallyCatchesUp, Property::DurableEventuallyCatchesUp], true, &json!({ "target": target, "elapsed_s": w.elapsed().as_secs_f64() }));
-                self.target = None;
-            }
-        }
+        self.reached(consumed);
         let goal = match until {
             Until::Cancelled => {
                 let last = Stats::get(&ctx.stats.last_acked_seq);
@@ -72,7 +67,7 @@ impl<'a> CatchUp<'a> {
         };
         let Some((target, w)) = &mut self.target else {
             if consumed < goal {
-                self.target = Some((goal, ctx.live.open_question("consumer catch-up")));
+                self.target = Some((goal, ctx.live.open_question_for("consumer catch-up", self.property)));
             }
             return Tick::Go;
         };
@@ -87,9 +82,24 @@ impl<'a> CatchUp<'a> {
                 sdk::check!(self.property => [Property::ConsumerEventuallyCatchesUp, Property::DurableEventuallyCatchesUp], false, &json!({
                     "target": *target, "consumed": consumed, "without_progress_s": elapsed.as_secs_f64(), "consumer": self.consumer }));
                 Stats::add(&ctx.stats.liveness_windows_expired, 1);
-                self.target = None;
+                if let Some((_, w)) = self.target.take() {
+                    w.expired();
+                }
                 Tick::Expired
             }
+        }
+    }
+}
+
+impl CatchUp<'_> {
+    /// The target is reached once every sequence up to it was read: held. Called at each
+    /// tick and when a reader is done (a target it leaves unreached, because the run was
+    /// stopped under it, is left open: unknown).
+    pub fn reached(&mut self, consumed: u64) {
+        if self.target.as_ref().is_some_and(|(target, _)| consumed >= *target) {
+            let Some((target, w)) = self.target.take() else { return };
+            sdk::check!(self.property => [Property::ConsumerEventuallyCatchesUp, Property::DurableEventuallyCatchesUp], true, &json!({ "target": target, "elapsed_s": w.elapsed().as_secs_f64() }));
+            w.decided();
         }
     }
 }

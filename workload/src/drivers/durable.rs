@@ -8,7 +8,10 @@
 //! ([`Redeliveries`]). Every couple of seconds the consumer's own
 //! account of its ack floor is judged against the confirmed acks and the deliveries; a bad
 //! answer counts only once it outlives a quiet period, since a deposed leader can answer
-//! from an old view. The ledger is handed to the final verification when the run stops.
+//! from an old view. Every acknowledged message must reach the consumer in time
+//! ([`DeliveryWatch`]: at least once, judged). When the run's time is up the consumer is
+//! drained: it reads until every message acknowledged was received or reported late.
+//! The ledger is handed to the final verification when it stops.
 
 use crate::history;
 use crate::drivers::catch_up::{CatchUp, Tick};
@@ -22,7 +25,7 @@ use async_nats::jetstream::{self, consumer::pull, consumer::AckPolicy};
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use properties::confirm::Confirmation;
-use properties::durable::{one_server, ConsumerReplica, DurableLedger, FloorJudge, Handover, OneServer, Redeliveries, Redelivery};
+use properties::durable::{one_server, ConsumerReplica, DeliveryCheck, Owed, DeliveryWatch, DurableLedger, FloorJudge, Handover, OneServer, Redeliveries, Redelivery};
 use properties::payload::{CHECKSUM_HEADER, MSG_ID_HEADER};
 use properties::{Outcome, Property, Violation};
 use serde_json::{json, Value};
@@ -43,8 +46,9 @@ pub async fn run(ctx: Arc<Ctx>, mut choose: Chooser) -> anyhow::Result<()> {
     let replicas = choose.pick("durable consumer replicas", &ctx.cfg.durable.replicas);
     let mut ledger = DurableLedger::new(ctx.run.clone());
     let mut judge = FloorJudge::new(ctx.cfg.liveness.confirm_hold());
-    let result = drive(&ctx, &client, &mut choose, replicas, &mut ledger, &mut judge).await;
-    *ctx.durable.lock().unwrap_or_else(|p| p.into_inner()) = Some(Handover { ledger, judge });
+    let mut delivery = DeliveryWatch::new(ctx.cfg.window(), ctx.cfg.durable.ack_wait);
+    let result = drive(&ctx, &client, &mut choose, replicas, &mut ledger, &mut judge, &mut delivery).await;
+    *ctx.durable.lock().unwrap_or_else(|p| p.into_inner()) = Some(Handover { ledger, judge, delivery });
     result
 }
 
@@ -62,13 +66,24 @@ fn config(ctx: &Ctx, replicas: usize) -> pull::Config {
     }
 }
 
-async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, replicas: usize, ledger: &mut DurableLedger, judge: &mut FloorJudge) -> anyhow::Result<()> {
+async fn drive(
+    ctx: &Ctx,
+    client: &async_nats::Client,
+    choose: &mut Chooser,
+    replicas: usize,
+    ledger: &mut DurableLedger,
+    judge: &mut FloorJudge,
+    delivery: &mut DeliveryWatch,
+) -> anyhow::Result<()> {
     let js = jetstream::ContextBuilder::new().timeout(ctx.api_timeout()).build(client.clone());
     let create = || async { js.get_stream_no_info(&ctx.stream).await?.create_consumer(config(ctx, replicas)).await.map_err(anyhow::Error::from) };
     if ctx.live.retry("create the durable consumer", Property::DurableEventuallyCatchesUp, &ctx.cancel, create).await.is_none() {
         return Ok(());
     }
     tracing::info!(replicas, "durable consumer created");
+    // When the consumer last changed (made, a new leader): what was pending comes again
+    // only after an ack wait, so a message's delivery deadline counts from then at the earliest.
+    let mut changed_at = ctx.live.now();
     let cap = ctx.cfg.durable.acks_in_flight;
     let mut acks = FuturesUnordered::new();
     let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, false);
@@ -108,9 +123,13 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
             if let Look::Gone = look(judge, ctx, client, ledger).await {
                 redeliveries.clear();
                 unconfirmed.clear();
-                anew(ctx, ledger, &mut skipped, &create).await;
+                anew(ctx, ledger, delivery, &mut skipped, &create).await;
+                changed_at = ctx.live.now();
             }
             if !window.failed(&error, &ctx.cancel).await {
+                if ctx.live.finishing.is_cancelled() {
+                    break 'consumer; // judged: the run's time is up
+                }
                 window = ctx.live.open("pull from the durable consumer", Property::DurableEventuallyCatchesUp);
             }
             if ctx.cancel.is_cancelled() {
@@ -142,6 +161,9 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                             if leader != now {
                                 tracing::info!(from = ?leader, to = ?now, acks_in_flight = acks.len(), received = ledger.received_floor(), confirmed = ledger.confirmed_floor(), "durable consumer leader changed");
                             }
+                            if leader != now {
+                                changed_at = ctx.live.now();
+                            }
                             if leader.as_ref().is_some_and(|l| Some(l) != now.as_ref()) {
                                 let details = json!({ "from": leader, "to": now, "acks_in_flight": acks.len() });
                                 sdk::check!(Property::DurableLeaderChangedWithAcksInFlight, !acks.is_empty(), &details);
@@ -152,7 +174,8 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         Look::Gone => {
                             redeliveries.clear();
                             unconfirmed.clear();
-                            anew(ctx, ledger, &mut skipped, &create).await;
+                            anew(ctx, ledger, delivery, &mut skipped, &create).await;
+                            changed_at = ctx.live.now();
                             continue 'consumer;
                         }
                         Look::Unanswered => {}
@@ -177,10 +200,20 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                     catch_up.consumer = json!({ "first_not_delivered": ledger.received_floor() + 1, "confirmed_floor": ledger.confirmed_floor(), "left_unacknowledged": skipped.len(),
                                                 "lowest_left_unacknowledged": skipped.iter().map(|(seq, _)| seq).min(),
                                                 "at_last_look": judge.last_look });
-                    // Redelivering what the server took back (an unreplicated consumer's
-                    // undone acks, excused) moves the confirmed floor, not the received one.
-                    match catch_up.tick(ctx, Until::Cancelled, ledger.received_floor(), ledger.confirmed_floor()) {
+                    let last_acked = Stats::get(&ctx.stats.last_acked_seq);
+                    let operated = ctx.ops.last_request(&ctx.stream).map(|t| t.saturating_duration_since(ctx.live.origin));
+                    judge_delivery(ctx, ledger, judge, delivery, last_acked, changed_at.max(operated.unwrap_or_default()));
+                    // How far it got: a message reported late stalls nothing twice. Any
+                    // delivery is progress (redelivering what the server took back too): a
+                    // single message withheld is at-least-once's to judge, not a stall.
+                    let settled = delivery.settled_floor(ledger);
+                    if ctx.live.finishing.is_cancelled() && ctx.published.is_cancelled() && settled >= last_acked {
+                        catch_up.reached(settled);
+                        break 'consumer; // drained: everything acknowledged was received (or reported late)
+                    }
+                    match catch_up.tick(ctx, Until::Cancelled, settled, Stats::get(&ctx.stats.durable_delivered)) {
                         Tick::Go => {}
+                        Tick::Expired if ctx.live.finishing.is_cancelled() => break 'consumer,
                         Tick::Stalled { .. } | Tick::Expired => continue 'consumer,
                     }
                 }
@@ -234,7 +267,7 @@ async fn drive(ctx: &Ctx, client: &async_nats::Client, choose: &mut Chooser, rep
                         let redelivered = delivered > 1 && since >= ctx.cfg.durable.ack_wait / 2;
                         sdk::check!(Property::DurableRedeliveredAfterUnacked, redelivered, &json!({ "seq": seq, "delivered": delivered, "since_left_ms": since.as_millis() as u64 }));
                         skipped.swap_remove(i);
-                    } else if skipped.len() < 64 {
+                    } else if skipped.len() < 64 && !ctx.live.finishing.is_cancelled() {
                         if until_skip == 0 {
                             until_skip = skip_gap(choose);
                             skipped.push((seq, ctx.live.now()));
@@ -271,10 +304,12 @@ async fn double_ack(client: async_nats::Client, timeout: Duration, seq: u64, rep
 async fn anew<F: std::future::Future<Output = anyhow::Result<jetstream::consumer::Consumer<pull::Config>>>>(
     ctx: &Ctx,
     ledger: &mut DurableLedger,
+    delivery: &mut DeliveryWatch,
     skipped: &mut Vec<(u64, Duration)>,
     create: &impl Fn() -> F,
 ) {
     ledger.restart();
+    delivery.restart();
     skipped.clear();
     Stats::add(&ctx.stats.durable_recreated, 1);
     let _ = ctx.live.retry("recreate the durable consumer", Property::DurableEventuallyCatchesUp, &ctx.cancel, create).await;
@@ -367,8 +402,9 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
                     v.details["bad_for_s"] = json!(bad_for.as_secs_f64());
                     let excused = report_undone(judge, ctx, &v);
                     if v.property == Property::DurableNothingSkipped {
-                        // Reported once: what it passed is not waited for any more.
-                        ledger.not_for_it(1, floor);
+                        // Reported once; what it passed is still owed to the consumer and
+                        // followed to whether it ever comes (at-least-once judges that).
+                        ledger.passed_by_floor(floor);
                     } else if excused {
                         // Judged once: a floor the server leaves there (2.14.6 kept 1,566
                         // under 1,679 with nothing pending) is not failed once the spell
@@ -389,6 +425,33 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
         }
     }
     Look::Seen { leader }
+}
+
+/// At least once, judged at each look: the oldest message owed must have come within its
+/// deadline ([`DeliveryWatch`]). A late one names the messages never received (and whether
+/// the ack floor passed them) with how long the first waited.
+fn judge_delivery(ctx: &Ctx, ledger: &DurableLedger, judge: &FloorJudge, delivery: &mut DeliveryWatch, last_acked: u64, changed_at: Duration) {
+    let acked_at = |seq| judge.acked.acked_between(seq).map(|(_, by)| Duration::from_secs_f64(by));
+    match delivery.observe(ctx.live.now(), ledger, last_acked, acked_at, changed_at) {
+        DeliveryCheck::Fine => {}
+        DeliveryCheck::Held { seq, waited } => {
+            sdk::check!(Property::DurableEveryMessageDelivered, true, &json!({ "seq": seq, "waited_s": waited.as_secs_f64() }));
+        }
+        DeliveryCheck::AskQuiet { seq } => {
+            ctx.live.quiet.request(Why::WindowQuietPoint, ctx.cfg.liveness.quiet, &format!("the durable consumer owes sequence {seq} for most of its deadline"));
+        }
+        DeliveryCheck::Late { from, to, waited } => {
+            Stats::add(&ctx.stats.liveness_windows_expired, 1);
+            let never = ledger.never_received(to, 8);
+            sdk::check!(Property::DurableEveryMessageDelivered, false, &json!({
+                "first_late": from, "last_late": to, "waited_s": waited.as_secs_f64(),
+                "never_received": never, "acked_between_s": judge.acked.acked_between(from).map(|(a, b)| [a, b]),
+                "deadline_s": (ctx.cfg.durable.ack_wait + ctx.cfg.liveness.window).as_secs_f64(),
+                "floor_passed_it": ledger.was_passed(from),
+                "received_floor": ledger.received_floor(), "consumer_at_last_look": judge.last_look,
+                "problem": "acknowledged messages still stored were not delivered to the durable consumer within its ack wait plus the liveness window" }));
+        }
+    }
 }
 
 /// One "consumer not found" answer, confirmed over time.
@@ -440,27 +503,37 @@ fn self_gone(ledger: &DurableLedger) -> Violation {
 
 /// The final verification's question, with faults paused: does the consumer's ack floor
 /// still agree with every ack it confirmed and every delivery? Looks until an answer holds
-/// (good) or is confirmed bad, for at most a liveness window.
-pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<Outcome> {
-    let Handover { mut ledger, mut judge } = ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+/// (good) or is confirmed bad, for at most a liveness window. With it, what became of the
+/// messages owed to the consumer (reported late, passed by its floor).
+pub async fn final_check(ctx: &Ctx, client: &async_nats::Client) -> Option<(Outcome, Owed)> {
+    let handover = ctx.durable.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+    let owed = handover.owed();
+    if owed.late.late > 0 || owed.skipped.passed > 0 {
+        tracing::warn!(?owed, "messages owed to the durable consumer: reported late, or passed by its ack floor");
+    }
+    Some((floor_check(ctx, client, handover).await, owed))
+}
+
+async fn floor_check(ctx: &Ctx, client: &async_nats::Client, handover: Handover) -> Outcome {
+    let Handover { mut ledger, mut judge, .. } = handover;
     let before = judge.failed;
     let deadline = tokio::time::Instant::now() + ctx.cfg.liveness.window;
     while tokio::time::Instant::now() < deadline {
         let look = look(&mut judge, ctx, client, &mut ledger).await;
         if judge.failed > before {
-            return Some(Outcome::Failed);
+            return Outcome::Failed;
         }
         if matches!(look, Look::Gone) {
             // Gone before any ack was confirmed: nothing it promised can be judged.
-            return Some(Outcome::Unknown);
+            return Outcome::Unknown;
         }
         if matches!(look, Look::Seen { .. }) && judge.floor.bad_count() == 0 {
-            return Some(replicas_at_rest(ctx, client).await);
+            return replicas_at_rest(ctx, client).await;
         }
         tokio::time::sleep(POLL).await;
     }
     history::unknown(Property::DurableAckNeverUndone, &json!({ "observed_by": "final verification: the durable consumer's state could not be read for a whole window" }));
-    Some(Outcome::Unknown)
+    Outcome::Unknown
 }
 
 /// With nothing reading or acking any more: does every replica of the consumer store the

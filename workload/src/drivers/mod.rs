@@ -10,13 +10,59 @@ use crate::context::state::Ctx;
 use std::sync::Arc;
 use tokio::task::JoinSet;
 
-/// Starts the publisher, the live reader and the stream monitor on `ctx`; they run until
-/// `ctx.cancel`. The operator is separate: not every caller runs one.
+/// Starts the publisher, the live reader and the stream monitor on `ctx`. The publisher and
+/// the reader run until they have finished what was open when `finishing` came (see
+/// [`finish`]), the monitor until `finishing`. The operator is separate: not every caller
+/// runs one.
 pub fn spawn_core(ctx: &Arc<Ctx>, tasks: &mut JoinSet<anyhow::Result<()>>) {
     tasks.spawn(on_stream(ctx, publisher::run(ctx.clone())));
     let c = ctx.clone();
     tasks.spawn(on_stream(ctx, async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) }));
-    tasks.spawn(on_stream(ctx, monitor::run(ctx.clone())));
+    tasks.spawn(on_stream(ctx, monitor::run(until_finishing(ctx))));
+}
+
+/// `ctx` for a driver that has nothing to finish: it stops when the run's time is up.
+pub fn until_finishing(ctx: &Ctx) -> Arc<Ctx> {
+    Arc::new(ctx.with_cancel(&ctx.live.finishing, ctx.live.give_up))
+}
+
+/// Ends the drivers of the streams `ctxs` when the run's time is up: first `finishing`, on
+/// which nothing new is started and what is open is finished (the publisher's sends not yet
+/// acknowledged, each reader's catch-up to the last ack, the operator's operation), each
+/// within its own liveness window; faults are paused by then. After `bound` whatever still
+/// runs is stopped, and the windows it leaves are reported unknown. The first error is
+/// returned.
+pub async fn finish(ctxs: &[Arc<Ctx>], mut tasks: JoinSet<anyhow::Result<()>>, bound: std::time::Duration) -> anyhow::Result<()> {
+    ctxs.iter().for_each(|c| c.live.finishing.cancel());
+    let mut first = Ok(());
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        tokio::select! {
+            next = tasks.join_next() => match next {
+                Some(res) => keep_first(&mut first, res),
+                None => break,
+            },
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(running = tasks.len(), "drivers still finishing after {bound:?}: stopped (what they had open is unknown)");
+                break;
+            }
+        }
+    }
+    ctxs.iter().for_each(|c| c.cancel.cancel());
+    while let Some(res) = tasks.join_next().await {
+        keep_first(&mut first, res);
+    }
+    first
+}
+
+fn keep_first(first: &mut anyhow::Result<()>, res: Result<anyhow::Result<()>, tokio::task::JoinError>) {
+    let res = res.map_err(anyhow::Error::from).and_then(|r| r);
+    if let Err(e) = &res {
+        tracing::error!("driver ended with an error: {e:#}");
+    }
+    if first.is_ok() {
+        *first = res;
+    }
 }
 
 /// `f` as a driver of `ctx`'s stream: the properties it fails name that stream.
@@ -24,7 +70,8 @@ pub fn on_stream<F: std::future::Future>(ctx: &Ctx, f: F) -> impl std::future::F
     crate::history::on_stream(ctx.stream.clone(), f)
 }
 
-/// Cancels `ctx` and waits for every task; the first error is returned.
+/// Cancels `ctx` at once (nothing is finished: for measurements, not runs) and waits for
+/// every task; the first error is returned.
 pub async fn stop(ctx: &Ctx, tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
     ctx.cancel.cancel();
     join(tasks).await
@@ -34,13 +81,7 @@ pub async fn stop(ctx: &Ctx, tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Resu
 pub async fn join(mut tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
     let mut first = Ok(());
     while let Some(res) = tasks.join_next().await {
-        let res = res.map_err(anyhow::Error::from).and_then(|r| r);
-        if let Err(e) = &res {
-            tracing::error!("driver ended with an error: {e:#}");
-        }
-        if first.is_ok() {
-            first = res;
-        }
+        keep_first(&mut first, res);
     }
     first
 }

@@ -8,6 +8,10 @@
 //! turns a retry of a stored message into a duplicate ack carrying its original sequence.
 //! The replies to the sends it gave up are still awaited and judged as they arrive: every
 //! ack the server sends is judged.
+//!
+//! When the run's time is up it sends nothing new but goes on until every message it sent
+//! is acknowledged (its publish window, if one is open, decides): a stall at the end of a
+//! run is judged like one in its middle.
 
 use crate::faults::quiet::Why;
 use crate::sdk;
@@ -39,6 +43,8 @@ struct Failure {
 }
 
 pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
+    // However it ends, the readers then know the last ack is final.
+    let _done = ctx.published.clone().drop_guard();
     let client = ctx.connect("publisher").await?;
     let js = jetstream::ContextBuilder::new().timeout(ctx.cfg.publish.ack_timeout).build(client);
     let mut ledger = PublishLedger::new();
@@ -50,6 +56,9 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut late = Late::new();
 
     while !ctx.cancel.is_cancelled() {
+        if ctx.live.finishing.is_cancelled() && in_flight.is_empty() && ledger.next_index() > Stats::get(&ctx.stats.sent_high) {
+            break; // every message sent was acknowledged
+        }
         let failure = match fill(&ctx, &js, &ledger, &mut in_flight, &mut next_send).await {
             Err(f) => f,
             Ok(()) => {
@@ -108,6 +117,9 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
         if !going {
             Stats::add(&ctx.stats.liveness_windows_expired, 1);
             window = None;
+            if ctx.live.finishing.is_cancelled() {
+                break; // judged: the run's time is up
+            }
         }
     }
     // The last replies to given-up sends, for as long as they take to arrive or time out.
@@ -156,7 +168,9 @@ async fn fill(
     in_flight: &mut VecDeque<(u64, PublishAckFuture)>,
     next_send: &mut u64,
 ) -> Result<(), Failure> {
-    while in_flight.len() < ctx.cfg.publish.in_flight && !ctx.cancel.is_cancelled() {
+    // Once the run's time is up, only what was sent before is sent again.
+    let last = if ctx.live.finishing.is_cancelled() { Stats::get(&ctx.stats.sent_high) } else { u64::MAX };
+    while in_flight.len() < ctx.cfg.publish.in_flight && !ctx.cancel.is_cancelled() && *next_send <= last {
         let index = *next_send;
         let payload = ctx.run.payload(index);
         let mut msg = PublishMessage::build()

@@ -25,7 +25,8 @@ use std::time::Duration;
 /// Where the reader stops.
 #[derive(Clone, Copy, Debug)]
 pub enum Until {
-    /// Follow the publisher until cancelled, catching up to its last ack again and again.
+    /// Follow the publisher, catching up to its last ack again and again, until it has
+    /// finished and every message it got acknowledged was read (or until cancelled).
     Cancelled,
     /// Read up to this sequence (the final read), then return.
     Seq(u64),
@@ -43,6 +44,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
 
     'consumer: loop {
         if done(ctx, until, &verifier) {
+            catch_up.reached(verifier.consumed());
             return Ok(verifier.next_seq());
         }
         let start = verifier.next_seq();
@@ -89,13 +91,14 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                             recreated(ctx, "quiet period started while behind");
                             continue 'consumer;
                         }
-                        Tick::Expired if ctx.live.give_up => return Ok(verifier.next_seq()),
+                        Tick::Expired if ctx.live.give_up || ctx.live.finishing.is_cancelled() => return Ok(verifier.next_seq()),
                         Tick::Expired => {
                             recreated(ctx, "no progress for a whole liveness window");
                             continue 'consumer;
                         }
                     }
                     if done(ctx, until, &verifier) {
+                        catch_up.reached(verifier.consumed());
                         return Ok(verifier.next_seq());
                     }
                     continue;
@@ -144,6 +147,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                     sdk::hold!(Property::ReadContentMatchesPublish);
                     sdk::hold!(Property::ReadOnlyPublishedMessages);
                     if done(ctx, until, &verifier) {
+                        catch_up.reached(verifier.consumed());
                         return Ok(verifier.next_seq());
                     }
                 }
@@ -185,7 +189,9 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
 
 fn done(ctx: &Ctx, until: Until, verifier: &ReadVerifier) -> bool {
     match until {
-        Until::Cancelled => ctx.cancel.is_cancelled(),
+        Until::Cancelled => {
+            ctx.cancel.is_cancelled() || (ctx.published.is_cancelled() && verifier.consumed() >= Stats::get(&ctx.stats.last_acked_seq))
+        }
         Until::Seq(last) => verifier.consumed() >= last,
     }
 }

@@ -101,6 +101,8 @@ pub struct StreamDone {
     pub check: Option<FinalCheck>,
     /// Suspicions open when the drivers stopped, with what answered them.
     pub suspicions_at_stop: Vec<Value>,
+    /// Liveness windows the run was stopped under, each reported unknown.
+    pub windows_left_open: Vec<crate::context::retry::LeftOpen>,
 }
 
 impl StreamDone {
@@ -117,6 +119,7 @@ impl StreamDone {
             "run_id": self.ctx.run.run_id,
             "final_check": self.check,
             "suspicions_at_stop": self.suspicions_at_stop,
+            "windows_left_open": self.windows_left_open,
             "counters": self.ctx.stats.to_json(),
             "messages": self.messages(),
         })
@@ -141,6 +144,7 @@ impl Finished {
             let mut facts = json!({
                 "final_check": FinalCheck::joined(all.iter().filter_map(|s| s.check.as_ref())),
                 "suspicions_at_stop": all.iter().flat_map(|s| s.suspicions_at_stop.iter().cloned()).collect::<Vec<_>>(),
+                "windows_left_open": all.iter().flat_map(|s| s.windows_left_open.iter()).collect::<Vec<_>>(),
                 "counters": Stats::total(all.iter().map(|s| &*s.ctx.stats)),
                 "messages": (outcomes.len() == all.len()).then(|| json!({
                     "sent": sum(|m| m.sent), "acked": sum(|m| m.acked), "ok": sum(|m| m.ok), "lost": sum(|m| m.lost),
@@ -274,7 +278,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         // fresh ones take their place.
         let index = epochs.len();
         tracing::info!(epoch = index, "rotating: stopping this epoch's drivers to verify its streams");
-        let _ = drivers::stop(&ctxs[0], drivers).await;
+        let _ = finish_drivers(&ctxs, drivers, true).await;
         let done = verify_all(ctxs.clone()).await;
         let held = done.iter().all(|d| d.check.as_ref().is_some_and(FinalCheck::all_held));
         let mut state_saved_in = None;
@@ -314,9 +318,15 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         tracing::info!(epoch = index + 1, streams = ?ctxs.iter().map(|c| &c.stream).collect::<Vec<_>>(), "epoch started");
         drivers = spawn_drivers(&ctxs, &spec.source, composer.as_ref());
     }
-    // A driver's error is logged; the final verification still runs.
-    if let Some(first) = ctxs.first() {
-        let _ = drivers::stop(first, drivers).await;
+    // A driver's error is logged; the final verification still runs. A composer driver
+    // stopped by a signal (Antithesis stops the drivers before an eventually_ command)
+    // stops at once, and what it had open is unknown.
+    if composer.is_some() && stop.is_cancelled() {
+        if let Some(first) = ctxs.first() {
+            let _ = drivers::stop(first, drivers).await;
+        }
+    } else {
+        let _ = finish_drivers(&ctxs, drivers, composer.is_none()).await;
     }
     run_stop.cancel();
     let _ = drivers::join(tasks).await;
@@ -332,7 +342,8 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         // Antithesis stops every command when an eventually_ starts) leaves it to the
         // verifying commands, instead of deleting it under them.
         let check = if first.cfg.composer.retire_verified && !stop.is_cancelled() { Some(records::check_and_retire(&first, state, &stop).await) } else { None };
-        let done = StreamDone { ctx: first, check, suspicions_at_stop: Vec::new() };
+        let windows_left_open = left_open_unknown(&first);
+        let done = StreamDone { ctx: first, check, suspicions_at_stop: Vec::new(), windows_left_open };
         return Ok(Finished { elapsed: started.elapsed(), streams: vec![done], epochs, quiet, ended_early });
     }
     let mut streams = verify_all(ctxs).await;
@@ -402,9 +413,35 @@ async fn verify_all(ctxs: Vec<Arc<Ctx>>) -> Vec<StreamDone> {
         }
         let check = history::on_stream(ctx.stream.clone(), final_verification(&ctx, true, true)).await;
         let suspicions_at_stop = check.answer(open);
-        StreamDone { ctx, check: Some(check), suspicions_at_stop }
+        let windows_left_open = history::on_stream(ctx.stream.clone(), async { left_open_unknown(&ctx) }).await;
+        StreamDone { ctx, check: Some(check), suspicions_at_stop, windows_left_open }
     }))
     .await
+}
+
+/// Ends the drivers when the run's (or an epoch's) time is up: they finish what they had
+/// open (see [`drivers::finish`]), within at most two liveness windows and a quiet part,
+/// with faults paused for that long when `quiet` (not for a composer driver, whose windows
+/// ask for their own quiet while other drivers run).
+async fn finish_drivers(ctxs: &[Arc<Ctx>], tasks: tokio::task::JoinSet<anyhow::Result<()>>, quiet: bool) -> anyhow::Result<()> {
+    let Some(first) = ctxs.first() else { return drivers::join(tasks).await };
+    let l = &first.cfg.liveness;
+    let bound = 2 * l.window + l.quiet;
+    if quiet {
+        first.live.quiet.request(crate::faults::quiet::Why::FinalVerification, bound, "the run's time is up: the drivers finish what they have open");
+    }
+    drivers::finish(ctxs, tasks, bound).await
+}
+
+/// The liveness windows the run was stopped under (nothing decided them): each one's
+/// property is unknown.
+fn left_open_unknown(ctx: &Ctx) -> Vec<crate::context::retry::LeftOpen> {
+    let left = ctx.live.take_left_open();
+    for w in &left {
+        history::unknown(w.property, &json!({ "stream": ctx.stream, "window_left_open": w,
+            "problem": "the run ended while this liveness window was open, and nothing decided it" }));
+    }
+    left
 }
 
 /// Which setup: what failing to reach a healthy cluster means there.

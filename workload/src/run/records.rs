@@ -166,7 +166,8 @@ pub async fn check_and_retire(ctx: &Arc<Ctx>, state: &StateDir, stop: &tokio_uti
 }
 
 /// Keeps the driver's record current while it runs, so a driver that is killed still
-/// leaves what it had acknowledged a moment before.
+/// leaves what it had acknowledged a moment before; until the publisher has ended (the
+/// driver records the last of it then).
 pub async fn record_while_running(ctx: Arc<Ctx>, state: StateDir) -> anyhow::Result<()> {
     loop {
         if let Err(e) = record(&ctx, &state, false) {
@@ -174,6 +175,7 @@ pub async fn record_while_running(ctx: Arc<Ctx>, state: StateDir) -> anyhow::Res
         }
         tokio::select! {
             _ = ctx.cancel.cancelled() => return Ok(()),
+            _ = ctx.published.cancelled() => return Ok(()),
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }

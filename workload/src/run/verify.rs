@@ -76,6 +76,9 @@ pub struct FinalCheck {
     pub replicas: Option<Outcome>,
     /// The durable consumer's ack floor agreeing with its acks; absent when none ran.
     pub durable: Option<Outcome>,
+    /// What became of the messages owed to the durable consumer: reported late, passed by
+    /// its ack floor (received later, or never). Per stream (none in a joined check).
+    pub durable_owed: Option<properties::durable::Owed>,
 }
 
 /// The final verification of `ctx`'s stream could not be done at all: every safety
@@ -119,13 +122,14 @@ impl FinalCheck {
                 read_per_s: verified as f64 / read_s.max(1e-9),
                 replicas: and(a.replicas, b.replicas),
                 durable: and(a.durable, b.durable),
+                durable_owed: None,
             }
         })
     }
 
     fn unknown(last_acked: u64) -> Self {
         let u = Outcome::Unknown;
-        FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_up_to: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u), durable: None }
+        FinalCheck { last_acked, healthy: false, stream: u, read: u, verified: 0, read_up_to: 0, read_s: 0.0, read_per_s: 0.0, replicas: Some(u), durable: None, durable_owed: None }
     }
 
     /// The answer to a suspicion left open when the drivers stopped.
@@ -199,7 +203,7 @@ pub async fn final_verification(ctx: &Arc<Ctx>, settle: bool, ask_quiet: bool) -
         Outcome::Failed // the missing ones were judged (and reported) as they were skipped
     };
     check.replicas = judge_replicas_at_rest(&ctx, &client, &cancel).await;
-    check.durable = crate::drivers::durable::final_check(&ctx, &client).await;
+    (check.durable, check.durable_owed) = crate::drivers::durable::final_check(&ctx, &client).await.unzip();
     tracing::info!(?check, "final verification done");
     check
 }
@@ -267,7 +271,7 @@ mod tests {
 
     fn check(read: Outcome, verified: u64, read_s: f64, durable: Option<Outcome>) -> FinalCheck {
         let h = Outcome::Held;
-        FinalCheck { last_acked: verified, healthy: true, stream: h, read, verified, read_up_to: verified, read_s, read_per_s: 0.0, replicas: Some(h), durable }
+        FinalCheck { last_acked: verified, healthy: true, stream: h, read, verified, read_up_to: verified, read_s, read_per_s: 0.0, replicas: Some(h), durable, durable_owed: None }
     }
 
     #[test]

@@ -86,10 +86,12 @@ pub async fn run(ctx: Arc<Ctx>, mut rng: Chooser) -> anyhow::Result<()> {
     let cancel_moves = !ctx.ops.skipped(OpKind::CancelMove);
     let (lo, hi) = (ctx.cfg.operator.interval_min, ctx.cfg.operator.interval_max);
     let mut scaler = scale::Scaler::new(&ctx);
-    while !ctx.cancel.is_cancelled() {
+    // When the run's time is up no new operation starts; the one under way is finished
+    // (its waits decide their windows) before the operator ends.
+    while !ctx.live.finishing.is_cancelled() {
         let pause = rng.between("pause before an operation", lo, hi);
         tokio::select! {
-            _ = ctx.cancel.cancelled() => break,
+            _ = ctx.live.finishing.cancelled() => break,
             _ = tokio::time::sleep(pause) => {}
         }
         refresh_tags(&ctx).await;
