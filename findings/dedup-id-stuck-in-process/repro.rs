@@ -7,7 +7,7 @@
 //! `m-<i>` and `Nats-Expected-Last-Sequence: i - 1`, `--depth` publishes awaiting their
 //! acks at once; on any failure it gives up what is in flight and sends again from the
 //! first unacknowledged message, under the same ids (as a publisher that must keep its
-//! stream gap-free does). Another task scales the stream R3 → R1, waits `--gap-ms`, scales
+//! stream gap-free does). After `--warmup` seconds, another task scales the stream R3 → R1, waits `--gap-ms`, scales
 //! it back to R3, waits `--settle` seconds, and does it again, `--cycles` times. Optionally
 //! (`--consumers`) a durable pull consumer acks every message and an ordered-style
 //! ephemeral consumer reads along, as the workload's readers do. A trial *shows it* when a
@@ -30,6 +30,9 @@ const ID: &str = "dedup-id-stuck-in-process";
 struct Args {
     #[command(flatten)]
     trials: findings::Trials,
+    /// Seconds of publishing before the first scale (the stream's size when it is scaled).
+    #[arg(long, default_value_t = 20)]
+    warmup: u64,
     /// Publishes awaiting their acks at once.
     #[arg(long, default_value_t = 16)]
     depth: usize,
@@ -94,7 +97,7 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
         readers.push(tokio::spawn(pull_and_ack(client.clone())));
         readers.push(tokio::spawn(read_along(client.clone())));
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_secs(args.warmup)).await;
     // Every scale request: (seconds since the start, replicas, the answer's error if any).
     let mut scales: Vec<Value> = Vec::new();
     for _ in 0..args.cycles {

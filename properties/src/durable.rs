@@ -461,8 +461,12 @@ pub struct FloorJudge {
     /// A bad floor, and "consumer not found", each count once confirmed over a quiet period.
     pub floor: Confirm,
     pub gone: Confirm,
-    /// When looks last found the consumer on a single server.
+    /// When looks last found the consumer on a single server, and which.
     single_seen: Option<Duration>,
+    single_on: Option<String>,
+    /// When the confirmed floor got where, recently and finely: what an undone ack's
+    /// confirmation time is read from.
+    pub confirmed: RecentClock,
     /// Looks in a row that found it on a single server.
     single_looks: u32,
     /// The consumer's leader and peers at the last look, for a failure's details.
@@ -477,25 +481,96 @@ pub struct FloorJudge {
 impl FloorJudge {
     pub fn new(confirm_hold: Duration) -> Self {
         let confirm = || Confirm::new(confirm_hold, 3);
-        Self { floor: confirm(), gone: confirm(), single_seen: None, single_looks: 0, last_look: Value::Null, acked: AckClock::default(), failed: 0 }
-    }
-
-    /// A look at `now` found the consumer kept by `one` server or not. One answer without
-    /// followers may come from a server whose part of a new replicated group has not started
-    /// yet; two in a row (a look apart) do not.
-    pub fn saw(&mut self, one: OneServer, now: Duration) {
-        self.single_looks = if one == OneServer::No { 0 } else { self.single_looks + 1 };
-        if one == OneServer::Configured || self.single_looks >= 2 {
-            self.single_seen = Some(now);
+        Self {
+            floor: confirm(),
+            gone: confirm(),
+            single_seen: None,
+            single_on: None,
+            confirmed: RecentClock::default(),
+            single_looks: 0,
+            last_look: Value::Null,
+            acked: AckClock::default(),
+            failed: 0,
         }
     }
 
-    /// An undone ack is excused when the consumer had a single replica within `recent`
-    /// before `now`: its server keeps acks in memory and writes them out now and then
-    /// (2.15.1 lost 165-258 of 1000 confirmed acks to a kill -9), and nothing else holds
-    /// them, so a crash of that server undoes them by design. A skip is never excused.
-    pub fn excuses(&self, v: &Violation, now: Duration, recent: Duration) -> bool {
-        v.property == Property::DurableAckNeverUndone && self.single_seen.is_some_and(|t| now.saturating_sub(t) <= recent)
+    /// A look at `now` found the consumer kept by `one` server (its leader, `leader`) or
+    /// not. One answer without followers may come from a server whose part of a new
+    /// replicated group has not started yet; two in a row (a look apart) do not.
+    pub fn saw(&mut self, one: OneServer, leader: Option<&str>, now: Duration) {
+        self.single_looks = if one == OneServer::No { 0 } else { self.single_looks + 1 };
+        if one == OneServer::Configured || self.single_looks >= 2 {
+            self.single_seen = Some(now);
+            if let Some(l) = leader.filter(|l| !l.is_empty()) {
+                self.single_on = Some(l.to_string());
+            }
+        }
+    }
+
+    /// What could excuse an undone ack: a single server keeps a consumer's acks in memory
+    /// and writes them out now and then (2.15.1 lost 165-258 of 1000 confirmed acks to a
+    /// kill -9), and nothing else holds them, so a crash of that server after it confirmed
+    /// them undoes them by design. So an undo is excused only when the consumer had a
+    /// single replica within `recent` before `now` AND that server crashed (was killed,
+    /// restarted, power-cut or wiped) after the undone ack was confirmed: the question this
+    /// returns, for the caller to answer from the fault log and the server's start time.
+    /// None: nothing can excuse it (a skip never is; no single-replica spell; no server
+    /// known).
+    pub fn crash_question(&self, v: &Violation, now: Duration, recent: Duration) -> Option<CrashQuestion> {
+        if v.property != Property::DurableAckNeverUndone || !self.single_seen.is_some_and(|t| now.saturating_sub(t) <= recent) {
+            return None;
+        }
+        let server = self.single_on.clone()?;
+        // The first ack undone: above the floor the server reports, or the one delivered again.
+        let first = v.details["ack_floor"].as_u64().map(|f| f + 1).or_else(|| v.details["seq"].as_u64()).unwrap_or(1);
+        Some(CrashQuestion { server, confirmed_by: self.confirmed.reached_by(first).unwrap_or(now) })
+    }
+}
+
+/// Did `server` crash after `confirmed_by` (run time: the undone ack was confirmed by then)?
+#[derive(Clone, Debug, PartialEq)]
+pub struct CrashQuestion {
+    pub server: String,
+    pub confirmed_by: Duration,
+}
+
+/// When a growing number (the confirmed floor) reached each value, over the last `keep`:
+/// samples at least 100 ms apart and the latest value, so an undone ack's confirmation is
+/// placed within a fraction of a second (a coarse clock would call a crash just after a
+/// confirmation one before it). Every time kept is an upper bound: the value was reached
+/// by then. Bounded by `keep` / 100 ms samples.
+#[derive(Clone, Debug)]
+pub struct RecentClock {
+    samples: std::collections::VecDeque<(Duration, u64)>,
+    latest: Option<(Duration, u64)>,
+    keep: Duration,
+}
+
+impl Default for RecentClock {
+    fn default() -> Self {
+        Self { samples: Default::default(), latest: None, keep: Duration::from_secs(300) }
+    }
+}
+
+impl RecentClock {
+    /// The value is `value` at `now`.
+    pub fn sample(&mut self, now: Duration, value: u64) {
+        if self.latest.is_some_and(|(_, v)| v == value) {
+            return;
+        }
+        self.latest = Some((now, value));
+        if self.samples.back().is_none_or(|(t, _)| now.saturating_sub(*t) >= Duration::from_millis(100)) {
+            self.samples.push_back((now, value));
+        }
+        while self.samples.front().is_some_and(|(t, _)| now.saturating_sub(*t) > self.keep) {
+            self.samples.pop_front();
+        }
+    }
+
+    /// When the value had reached `n` at the latest: the first sample at or past it (the
+    /// oldest kept, for a value reached before the samples begin); none if not reached yet.
+    pub fn reached_by(&self, n: u64) -> Option<Duration> {
+        self.samples.iter().chain(self.latest.iter()).find(|(_, v)| *v >= n).map(|(t, _)| *t)
     }
 }
 
@@ -549,22 +624,39 @@ mod judge_tests {
     }
 
     #[test]
-    fn an_undone_ack_is_excused_only_within_a_recent_single_server_spell() {
+    fn only_a_crash_of_the_single_server_after_the_confirmation_can_excuse_an_undo() {
         let s = Duration::from_secs;
-        let undone = Violation::new(Property::DurableAckNeverUndone, json!({}));
+        let undone = Violation::new(Property::DurableAckNeverUndone, json!({ "ack_floor": 100, "confirmed_floor": 200 }));
         let skipped = Violation::new(Property::DurableNothingSkipped, json!({}));
         let mut j = FloorJudge::new(s(4));
-        assert!(!j.excuses(&undone, s(10), s(60)), "never on one server");
-        j.saw(OneServer::Listed, s(10));
-        assert!(!j.excuses(&undone, s(10), s(60)), "one followerless answer is not yet a spell");
-        j.saw(OneServer::Listed, s(12));
-        assert!(j.excuses(&undone, s(30), s(60)));
-        assert!(!j.excuses(&skipped, s(30), s(60)), "a skip is never excused");
-        j.saw(OneServer::No, s(14));
-        assert!(j.excuses(&undone, s(72), s(60)) && !j.excuses(&undone, s(73), s(60)), "the spell ages out after `recent`");
+        j.confirmed.sample(s(8), 90);
+        j.confirmed.sample(s(9), 150);
+        assert_eq!(j.crash_question(&undone, s(10), s(60)), None, "never on one server");
+        j.saw(OneServer::Listed, Some("n2"), s(10));
+        assert_eq!(j.crash_question(&undone, s(10), s(60)), None, "one followerless answer is not yet a spell");
+        j.saw(OneServer::Listed, Some("n2"), s(12));
+        assert_eq!(j.crash_question(&undone, s(30), s(60)), Some(CrashQuestion { server: "n2".into(), confirmed_by: s(9) }), "101 was confirmed by 9 s");
+        assert_eq!(j.crash_question(&skipped, s(30), s(60)), None, "a skip is never excused");
+        j.saw(OneServer::No, Some("n1"), s(14));
+        assert!(j.crash_question(&undone, s(72), s(60)).is_some() && j.crash_question(&undone, s(73), s(60)).is_none(), "the spell ages out after `recent`");
         let mut c = FloorJudge::new(s(4));
-        c.saw(OneServer::Configured, s(5));
-        assert!(c.excuses(&undone, s(5), s(60)), "configured R1 counts at once");
+        c.saw(OneServer::Configured, Some("n3"), s(5));
+        let redelivered = Violation::new(Property::DurableAckNeverUndone, json!({ "seq": 7 }));
+        assert_eq!(c.crash_question(&redelivered, s(6), s(60)), Some(CrashQuestion { server: "n3".into(), confirmed_by: s(6) }), "configured R1 counts at once; not sampled yet: confirmed by now");
+    }
+
+    #[test]
+    fn the_recent_clock_is_fine_and_bounded() {
+        let ms = Duration::from_millis;
+        let mut c = RecentClock::default();
+        for i in 0..10_000u64 {
+            c.sample(ms(i * 50), i);
+        }
+        assert!(c.samples.len() <= 3001, "{}", c.samples.len());
+        assert_eq!(c.reached_by(9_999), Some(ms(9_999 * 50)), "the latest value is always kept");
+        assert_eq!(c.reached_by(9_997), Some(ms(9_998 * 50)), "within 100 ms");
+        assert_eq!(c.reached_by(10), c.samples.front().map(|s| s.0), "older than kept: the oldest sample bounds it");
+        assert_eq!(c.reached_by(20_000), None);
     }
 }
 

@@ -214,6 +214,27 @@ async fn recreating_the_durable_consumer_from_the_start_fails_durable_ack_never_
     assert_eq!(done.counter("durable_unreplicated_undone"), 0);
 }
 
+/// The same undo on a consumer with a single replica, whose server never crashed: a
+/// single server keeps acks in memory, but only a crash of it can lose them, so without
+/// one the undo is not excused.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_undone_ack_on_a_single_replica_without_a_crash_fails_durable_ack_never_undone() {
+    let h = Harness::start("undone1").await;
+    let cfg = h.config("single.toml", "[durable]\nreplicas = [1]\n");
+    let child = h.spawn("15s", &["--config", &cfg, "--operator", "false"]);
+    let client = h.client().await;
+    wait_for_durable_floor(&h, &client, 1000).await;
+    api(&client, &format!("CONSUMER.DELETE.{}.durable", h.stream), json!(null)).await;
+    let config = json!({ "stream_name": h.stream, "config": { "durable_name": "durable", "ack_policy": "explicit", "num_replicas": 1,
+        "deliver_policy": "all", "ack_wait": 5_000_000_000u64, "filter_subject": h.subject } });
+    api(&client, &format!("CONSUMER.CREATE.{}.durable", h.stream), config).await;
+    let done = h.finish(child, LIMIT);
+    done.assert_failed("durable-ack-never-undone", &[]);
+    assert_eq!(done.counter("durable_unreplicated_undone"), 0, "nothing excused");
+    let first = &done.property("durable-ack-never-undone")["first_failure"];
+    assert!(first["crash_seen"] == false && first["single_replica_on"].is_string(), "{first}");
+}
+
 /// Another client takes deliveries from the durable consumer and acks them: the consumer's
 /// ack floor passes messages the workload was never given, while the stream still holds them.
 #[tokio::test(flavor = "multi_thread")]
@@ -236,8 +257,11 @@ async fn another_client_acking_its_deliveries_fails_durable_nothing_skipped() {
         }
     }
     let done = h.finish(child, LIMIT);
-    done.assert_failed("durable-nothing-skipped", &["durable-eventually-catches-up"]);
+    // What the floor passed stays owed: the stolen messages never reach the workload.
+    done.assert_failed("durable-nothing-skipped", &["durable-eventually-catches-up", "durable-every-message-delivered"]);
     assert!(done.property("durable-nothing-skipped")["first_failure"]["never_delivered"].as_u64().unwrap() > 0);
+    let skipped = &done.report["final_check"]["durable_owed"]["skipped"];
+    assert!(skipped["passed"].as_u64().is_some_and(|n| n >= 1) && skipped["never_received"].as_array().is_some_and(|r| !r.is_empty()), "followed to the end: {skipped}");
 }
 
 /// A message deleted a moment before the run is stopped: the monitor's look has seen it

@@ -222,6 +222,13 @@ impl Schedule {
 }
 
 impl FaultKind {
+    /// Whether the fault stops a server's process and starts it again (what it kept only
+    /// in memory is gone): kill, restart, power cuts, and the faults that work on a stopped
+    /// node (membership wipe, corruption, snapshot rollback).
+    pub fn stops_the_process(self) -> bool {
+        !matches!(self, Self::Pause | Self::Isolate | Self::Split | Self::Latency)
+    }
+
     pub const ALL: [FaultKind; 11] = [
         Self::Kill,
         Self::Pause,

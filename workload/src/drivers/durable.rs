@@ -144,6 +144,7 @@ async fn drive(
                     let Ok((seq, reply, confirmed, again)): Result<AckAnswer, _> = done else { continue };
                     if confirmed {
                         ledger.on_ack_confirmed(seq);
+                        judge.confirmed.sample(ctx.live.now(), ledger.confirmed_floor());
                         Stats::add(&ctx.stats.durable_acks_confirmed, 1);
                         Stats::add(&ctx.stats.durable_acks_confirmed_again, u64::from(again));
                     } else {
@@ -237,9 +238,9 @@ async fn drive(
                     if violations.is_empty() {
                         sdk::hold!(Property::DurableContentMatchesPublish);
                     }
-                    violations.iter().for_each(|v| {
-                        report_undone(judge, ctx, v);
-                    });
+                    for v in &violations {
+                        report_undone(judge, ctx, v).await;
+                    }
                     Stats::add(&ctx.stats.durable_delivered, 1);
                     if delivered > 1 {
                         Stats::add(&ctx.stats.durable_redelivered, 1);
@@ -256,7 +257,7 @@ async fn drive(
                                 continue;
                             }
                             Redelivery::Undone(v) => {
-                                report_undone(judge, ctx, &v);
+                                report_undone(judge, ctx, &v).await;
                             }
                             Redelivery::Unwatched => {}
                         }
@@ -323,22 +324,58 @@ enum Look {
     Unanswered,
 }
 
-/// Reports an undone ack, unless [`FloorJudge::excuses`] it (the consumer had a single
-/// replica within the last liveness window): those are counted, not failed, and true is
-/// returned.
-fn report_undone(judge: &mut FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
-    if judge.excuses(v, ctx.live.now(), ctx.cfg.liveness.recent()) {
-        let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if n < 3 {
-            tracing::warn!(details = %v.details, "an ack confirmed by an unreplicated durable consumer was undone (not a violation: see docs/durable-consumer.md)");
-        }
-        return true;
-    }
+/// Reports an undone ack, unless a crash explains it ([`FloorJudge::crash_question`]: the
+/// consumer had a single replica within the last liveness window, and that server's process
+/// stopped after the ack was confirmed): those are counted, not failed, and true is
+/// returned. An undo on a single server that did not crash fails, saying so.
+async fn report_undone(judge: &mut FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
     let mut v = v.clone();
+    if let Some(q) = judge.crash_question(&v, ctx.live.now(), ctx.cfg.liveness.recent()) {
+        match crashed_since(ctx, &q.server, q.confirmed_by).await {
+            Some(crash) => {
+                let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n < 3 {
+                    tracing::warn!(details = %v.details, %crash, "acks confirmed by an unreplicated durable consumer were undone by a crash of its server (not a violation: see docs/durable-consumer.md)");
+                }
+                return true;
+            }
+            None => {
+                v.details["single_replica_on"] = json!(q.server);
+                v.details["confirmed_by_s"] = json!(q.confirmed_by.as_secs_f64());
+                v.details["crash_seen"] = json!(false);
+            }
+        }
+    }
     v.details["consumer_at_last_look"] = judge.last_look.clone();
     sdk::violation!(&v, [Property::DurableAckNeverUndone, Property::DurableNothingSkipped, Property::DurableContentMatchesPublish]);
     judge.failed += 1;
     false
+}
+
+/// Evidence that `server`'s process stopped after `after` (run time): a fault that stops a
+/// process on it in the fault log (local and docker runs), its `/varz` start time later
+/// than `after`, or no node naming it any more (wiped and renamed). None: no crash seen.
+async fn crashed_since(ctx: &Ctx, server: &str, after: Duration) -> Option<Value> {
+    if let Some(log) = &ctx.faults {
+        let events = log.events.lock().map(|e| e.clone()).unwrap_or_default();
+        if let Some(e) = events.iter().find(|e| e.event == "start" && e.kind.stops_the_process() && e.t_s >= after.as_secs_f64() && e.nodes.iter().any(|n| n == server)) {
+            return Some(json!({ "fault": e.kind, "t_s": e.t_s }));
+        }
+    }
+    let http = crate::nats::monitor::http_client();
+    let origin = std::time::SystemTime::now().checked_sub(ctx.live.origin.elapsed())?;
+    let mut answered = 0;
+    for url in &ctx.cluster.monitor_urls {
+        let Ok(varz) = crate::nats::monitor::get_json(&http, &format!("{url}/varz")).await else { continue };
+        answered += 1;
+        if varz["server_name"].as_str() != Some(server) {
+            continue;
+        }
+        let started = varz_start(&varz)?;
+        let started_s = started.duration_since(origin).ok()?;
+        return (started_s > after).then(|| json!({ "restarted_at_s": started_s.as_secs_f64() }));
+    }
+    (answered > 0 && answered == ctx.cluster.monitor_urls.len()).then(|| json!({ "gone": "no node names it any more" }))
 }
 
 /// One look at the consumer: its ack floor, as its leader reports it, judged against the
@@ -354,7 +391,7 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
                     if ledger.confirmed_floor() > 0 {
                         let mut v = self_gone(ledger);
                         v.details["gone_for_s"] = json!(bad_for.as_secs_f64());
-                        report_undone(judge, ctx, &v);
+                        report_undone(judge, ctx, &v).await;
                     }
                     judge.gone.reset();
                     Look::Gone
@@ -368,7 +405,7 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
     let leader = info.pointer("/cluster/leader").and_then(Value::as_str).map(str::to_string);
     let one = one_server(&info);
     ctx.view.saw_durable(if one == OneServer::No { None } else { leader.clone() });
-    judge.saw(one, ctx.live.now());
+    judge.saw(one, leader.as_deref(), ctx.live.now());
     judge.last_look = json!({ "t_s": ctx.live.now().as_secs_f64(), "leader": leader, "cluster": info.get("cluster"),
                              "ack_floor": info.get("ack_floor"), "delivered": info.get("delivered"), "num_ack_pending": info.get("num_ack_pending") });
     if leader.as_deref().is_none_or(str::is_empty) {
@@ -400,7 +437,7 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
             match judge.floor.observe(ctx.live.now(), true) {
                 Confirmation::Confirmed { bad_for } => {
                     v.details["bad_for_s"] = json!(bad_for.as_secs_f64());
-                    let excused = report_undone(judge, ctx, &v);
+                    let excused = report_undone(judge, ctx, &v).await;
                     if v.property == Property::DurableNothingSkipped {
                         // Reported once; what it passed is still owed to the consumer and
                         // followed to whether it ever comes (at-least-once judges that).
@@ -573,6 +610,11 @@ async fn replicas_at_rest(ctx: &Ctx, client: &async_nats::Client) -> Outcome {
     }
 }
 
+/// When a server's process started, from its `/varz` (`"start": "2026-12-06T17:27:23.123456789Z"`).
+fn varz_start(varz: &Value) -> Option<std::time::SystemTime> {
+    humantime::parse_rfc3339_weak(varz["start"].as_str()?).ok()
+}
+
 /// The durable consumer's info: the view settle checks read, and the raw reply.
 pub async fn consumer_info(ctx: &Ctx, client: &async_nats::Client) -> Result<(properties::scale::StreamInfoView, Value), ApiError> {
     let raw = jsapi::request(client, &format!("CONSUMER.INFO.{}.{NAME}", ctx.stream), &Value::Null, ctx.api_timeout()).await?;
@@ -596,4 +638,17 @@ async fn compare_replicas(ctx: &Ctx, client: &async_nats::Client, probe: &mut cr
         }
     }
     Ok(states)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_start_time_is_read_from_varz() {
+        let t = varz_start(&json!({ "start": "2026-12-06T17:27:23.123456789Z" })).unwrap();
+        let secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!((secs - 1_796_578_043.123_456_8).abs() < 1e-3, "{secs}");
+        assert_eq!(varz_start(&json!({ "start": 5 })), None);
+    }
 }
