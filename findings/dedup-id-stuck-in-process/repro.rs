@@ -54,6 +54,9 @@ struct Args {
     /// Also run a durable consumer that acks everything and an ephemeral reader.
     #[arg(long)]
     consumers: bool,
+    /// The durable consumer's replicas (0: the stream's).
+    #[arg(long, default_value_t = 1)]
+    durable_replicas: u64,
 }
 
 #[tokio::main]
@@ -92,7 +95,7 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let mut readers = Vec::new();
     if args.consumers {
         let durable = json!({ "stream_name": "S", "config": { "durable_name": "D", "ack_policy": "explicit", "ack_wait": 5_000_000_000u64,
-                              "max_deliver": -1, "filter_subject": "s", "max_ack_pending": 10_000, "num_replicas": 0 } });
+                              "max_deliver": -1, "filter_subject": "s", "max_ack_pending": 10_000, "num_replicas": args.durable_replicas } });
         findings::retry(|| api(&client, "CONSUMER.CREATE.S.D", &durable)).await?;
         readers.push(tokio::spawn(pull_and_ack(client.clone())));
         readers.push(tokio::spawn(read_along(client.clone())));

@@ -100,6 +100,12 @@ const LIVENESS: &[Property] = &[
 /// consumer's floor then passed, within which the scale counts as the trigger.
 const SKIP_NEAR_R1_S: f64 = 10.0;
 
+/// Seconds from a request to scale the stream to one replica to the opening of the publish
+/// window that then met "duplicate message id is in process" for good: measured 5.5-6.4 s
+/// in four runs (the remap ~0.5-1.4 s after the request, the message sent then, its ack
+/// timing out 5 s later), with a margin either side.
+const STUCK_AFTER_R1_S: (f64, f64) = (4.0, 10.0);
+
 pub const ISSUES: &[KnownIssue] = &[
     KnownIssue {
         id: "durable-ack-floor-skip",
@@ -134,6 +140,17 @@ pub const ISSUES: &[KnownIssue] = &[
         predicate: corrupt_snapshot_kept_out,
         unknowns: Some(|d, _| text(d, "problem") == "final verification: the cluster never became healthy"),
     },
+    KnownIssue {
+        id: "dedup-id-stuck-in-process",
+        title: "a message id sent while the stream's group is replaced for a scale to one replica is answered \"duplicate message id is in process\" (10158) until the duplicate window forgets it",
+        status: Status::Suspected,
+        versions: &["2.15.1"],
+        properties: &[Property::PublishEventuallyAcked],
+        trigger: "the same stream was scaled from several replicas to one 4-10 s before the publish window opened, and the window ran out on 10158",
+        write_up: "findings/dedup-id-stuck-in-process/README.md",
+        predicate: dedup_id_stuck,
+        unknowns: None,
+    },
 ];
 
 fn text<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -166,6 +183,21 @@ fn ack_floor_skip(f: &Failure, ev: &Evidence) -> bool {
                 && o["detail"]["to"] == 1
                 && same_stream(o, d)
                 && o["t_s"].as_f64().is_some_and(|t| t >= lo - SKIP_NEAR_R1_S && t <= hi + SKIP_NEAR_R1_S)
+        })
+}
+
+fn dedup_id_stuck(f: &Failure, ev: &Evidence) -> bool {
+    let d = f.details;
+    let (Some(elapsed), Some(stream)) = (d["elapsed_s"].as_f64(), d["stream"].as_str()) else { return false };
+    let opened = f.t_s - elapsed;
+    text(d, "last_error").contains("error code 10158")
+        && ev.operations.iter().any(|o| {
+            o["event"] == "requested"
+                && text(o, "op") == "scale"
+                && o["stream"] == stream
+                && o["detail"]["to"] == 1
+                && o["detail"]["from"].as_u64().is_some_and(|from| from > 1)
+                && o["t_s"].as_f64().is_some_and(|t| t >= opened - STUCK_AFTER_R1_S.1 && t <= opened - STUCK_AFTER_R1_S.0)
         })
 }
 

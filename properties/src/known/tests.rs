@@ -181,3 +181,32 @@ fn corrupt_snapshot_kept_out_matches_its_real_case_only() {
     assert_eq!(r["unexplained"], json!(["cluster-eventually-healthy"]), "unhealthy for another reason");
     assert_eq!(r["unknown_unexplained"].as_array().unwrap().len(), 5, "and its unknowns are not excused either: {}", r["unknown_unexplained"]);
 }
+
+#[test]
+fn dedup_id_stuck_matches_its_real_case_only() {
+    let c = case("dedup-id-stuck-in-process");
+    assert_eq!(c.known("publish-eventually-acked"), ids(&["dedup-id-stuck-in-process"]));
+    let r = c.judged();
+    assert_eq!((r["verdict"].as_str(), r["verdict_without_known"].as_str()), (Some("fail"), Some("pass")), "{}", r["unexplained"]);
+    assert_eq!(r["known_issues"][0]["status"], "suspected");
+
+    assert!(c.with_version("2.14.6").known("publish-eventually-acked").is_empty(), "another release");
+    let mut no_r1 = c.clone();
+    no_r1.operations.retain(|o| o["detail"]["to"] != 1);
+    assert!(no_r1.known("publish-eventually-acked").is_empty(), "no scale to one replica");
+    let mut from_one = c.clone();
+    from_one.operations.iter_mut().filter(|o| o["detail"]["to"] == 1).for_each(|o| o["detail"]["from"] = json!(1));
+    assert!(from_one.known("publish-eventually-acked").is_empty(), "a 1 -> 1 request changes nothing");
+    let mut other = c.clone();
+    other.operations.iter_mut().for_each(|o| o["stream"] = json!("WORKLOAD_other"));
+    assert!(other.known("publish-eventually-acked").is_empty(), "another stream's scale");
+    let mut unnamed = c.clone();
+    unnamed.failures("publish-eventually-acked").for_each(|d| d["stream"] = Value::Null);
+    assert!(unnamed.known("publish-eventually-acked").is_empty(), "a failure naming no stream");
+    let mut late = c.clone();
+    late.failures("publish-eventually-acked").for_each(|d| d["elapsed_s"] = json!(d["elapsed_s"].as_f64().unwrap() - 20.0));
+    assert!(late.known("publish-eventually-acked").is_empty(), "the window opened 26 s after the scale");
+    let mut timeout = c.clone();
+    timeout.failures("publish-eventually-acked").for_each(|d| d["last_error"] = json!("timed out: didn't receive ack in time"));
+    assert!(timeout.known("publish-eventually-acked").is_empty(), "another error");
+}
