@@ -85,6 +85,18 @@ fn durable_ack_floor_skip_matches_its_real_case_only() {
         d["never_delivered_acked_between_s"] = json!([lo + 600.0, hi + 600.0]);
     }
     assert!(later.known("durable-nothing-skipped").is_empty(), "published far from any scale to one replica");
+    let mut near = c.clone();
+    for d in near.failures("durable-nothing-skipped") {
+        let [lo, hi] = [0, 1].map(|i| d["never_delivered_acked_between_s"][i].as_f64().unwrap());
+        d["never_delivered_acked_between_s"] = json!([lo + 3.0, hi + 3.0]);
+    }
+    assert!(near.known("durable-nothing-skipped").is_empty(), "published 3 s after the bracket of the scale: past the measured gap and its margin");
+    let mut one_to_one = c.clone();
+    one_to_one.operations.iter_mut().filter(|o| o["detail"]["to"] == 1).for_each(|o| o["detail"]["from"] = json!(1));
+    assert!(one_to_one.known("durable-nothing-skipped").is_empty(), "a 1 -> 1 request changes nothing");
+    let mut unnamed = c.clone();
+    unnamed.operations.iter_mut().for_each(|o| o["stream"] = Value::Null);
+    assert!(unnamed.known("durable-nothing-skipped").is_empty(), "an operation naming no stream");
     let mut gone = c.clone();
     for d in gone.failures("durable-nothing-skipped") {
         d["stream_holds_it"] = json!(false);
