@@ -517,7 +517,7 @@ impl FloorJudge {
     /// None: nothing can excuse it (a skip never is; no single-replica spell; no server
     /// known).
     pub fn crash_question(&self, v: &Violation, now: Duration, recent: Duration) -> Option<CrashQuestion> {
-        if v.property != Property::DurableAckNeverUndone || !self.single_seen.is_some_and(|t| now.saturating_sub(t) <= recent) {
+        if v.property != Property::DurableAckNeverUndone || self.single_seen.is_none_or(|t| now.saturating_sub(t) > recent) {
             return None;
         }
         let server = self.single_on.clone()?;

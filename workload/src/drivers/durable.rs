@@ -161,8 +161,6 @@ async fn drive(
                         Look::Seen { leader: now } => {
                             if leader != now {
                                 tracing::info!(from = ?leader, to = ?now, acks_in_flight = acks.len(), received = ledger.received_floor(), confirmed = ledger.confirmed_floor(), "durable consumer leader changed");
-                            }
-                            if leader != now {
                                 changed_at = ctx.live.now();
                             }
                             if leader.as_ref().is_some_and(|l| Some(l) != now.as_ref()) {
