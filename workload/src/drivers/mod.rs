@@ -73,6 +73,7 @@ pub fn on_stream<F: std::future::Future>(ctx: &Ctx, f: F) -> impl std::future::F
 /// Cancels `ctx` at once (nothing is finished: for measurements, not runs) and waits for
 /// every task; the first error is returned.
 pub async fn stop(ctx: &Ctx, tasks: JoinSet<anyhow::Result<()>>) -> anyhow::Result<()> {
+    ctx.live.finishing.cancel(); // what stops there (the monitor) stops too
     ctx.cancel.cancel();
     join(tasks).await
 }

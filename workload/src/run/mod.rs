@@ -203,7 +203,10 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     // One stop signal, one quiet mechanism, one fault log, one tally of operations and one
     // view per stream slot for the whole run; the rest (numbers, suspicions, ledgers) is
     // each stream's own, and a rotation starts them afresh.
-    let run_stop = stop.child_token();
+    // Not a child of `stop`: a stop request ends the drivers the way the duration's end does
+    // (they finish what they have open, see `finish_drivers`), not at once. A second signal
+    // exits without a report (the CLI's).
+    let run_stop = CancellationToken::new();
     let quiet = QuietRequests::new(spec.cfg.liveness.window);
     let faults = spec.injector.as_ref().map(|i| i.log.clone());
     let ops: Arc<crate::context::ops::OpTally> = Arc::default();
@@ -244,7 +247,12 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
         // Not one of the drivers: it goes on through the final verification.
         tokio::spawn(crate::report::metrics::export(streams.clone()));
     }
-    if let Err(e) = setup(&ctxs, if composer.is_none() { Setup::FirstContact } else { Setup::Composer }).await {
+    let set_up = tokio::select! {
+        r = setup(&ctxs, if composer.is_none() { Setup::FirstContact } else { Setup::Composer }) => r,
+        _ = stop.cancelled() => Err(NotRun::Stopped),
+    };
+    if let Err(e) = set_up {
+        ctxs.iter().for_each(|c| c.cancel.cancel());
         run_stop.cancel();
         let _ = drivers::join(tasks).await;
         return Err(e);
