@@ -67,6 +67,8 @@ macro_rules! for_each_property {
              "the durable consumer's ack floor never falls below an ack the server confirmed, and a confirmed-acked message is never delivered again")
             (DurableNothingSkipped, always, "durable-nothing-skipped",
              "the durable consumer's ack floor never passes a sequence that was never delivered to it")
+            (OperationOutageBounded, always_or_unreachable, "operation-outage-bounded",
+             "no operation is followed by an outage of writes, reads or durable deliveries longer than the configured bound while no fault is in force")
             // Liveness inside bounded windows.
             (PublishEventuallyAcked, eventually_or_unreachable, "publish-eventually-acked",
              "a publish is acknowledged within the liveness window")
@@ -117,6 +119,8 @@ macro_rules! for_each_property {
              "the stream was scaled down while the durable consumer had a single replica on another server than the stream leader")
             (DurableLeaderChangedWithAcksInFlight, sometimes, "durable-leader-changed-with-acks-in-flight",
              "the durable consumer's leader changed while acks were waiting for their confirmation")
+            (OperationCausedLongOutage, sometimes_greater, "operation-caused-long-outage",
+             "an operation was followed by an outage of writes, reads or durable deliveries of more than half the outage bound")
             (ConsumerFellFarBehind, sometimes_greater, "consumer-fell-far-behind",
              "the reader was more than ten thousand messages behind the last ack")
             (DurableLeaderChangedWithManyAcksInFlight, sometimes_greater, "durable-leader-changed-with-many-acks-in-flight",

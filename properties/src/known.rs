@@ -147,8 +147,8 @@ pub const ISSUES: &[KnownIssue] = &[
         title: "a message id sent while the stream's group is replaced for a scale to one replica is answered \"duplicate message id is in process\" (10158) until the duplicate window forgets it",
         status: Status::Suspected,
         versions: &["2.15.1"],
-        properties: &[Property::PublishEventuallyAcked],
-        trigger: "the same stream was scaled from several replicas to one 4-10 s before the publish window opened, and the window ran out on 10158",
+        properties: &[Property::PublishEventuallyAcked, Property::OperationOutageBounded],
+        trigger: "the same stream was scaled from several replicas to one 4-10 s before the publish window opened, and the window ran out on 10158; or the write outage of that scale, in a run where such a publish failure matched",
         write_up: "findings/dedup-id-stuck-in-process/README.md",
         predicate: dedup_id_stuck,
         unknowns: None,
@@ -186,19 +186,31 @@ fn ack_floor_skip(f: &Failure, ev: &Evidence) -> bool {
         })
 }
 
+/// A request to scale `stream` from several replicas to one, at a time `at` accepts.
+fn scaled_to_one(ev: &Evidence, stream: &str, at: impl Fn(f64) -> bool) -> bool {
+    ev.operations.iter().any(|o| {
+        o["event"] == "requested"
+            && text(o, "op") == "scale"
+            && o["stream"] == stream
+            && o["detail"]["to"] == 1
+            && o["detail"]["from"].as_u64().is_some_and(|from| from > 1)
+            && o["t_s"].as_f64().is_some_and(&at)
+    })
+}
+
 fn dedup_id_stuck(f: &Failure, ev: &Evidence) -> bool {
+    if f.property == Property::OperationOutageBounded {
+        // The write outage of the very scale whose stuck id a publish failure in the run
+        // was matched to.
+        let d = f.details;
+        let (Some(stream), Some(at)) = (d["stream"].as_str(), d["requested_s"].as_f64()) else { return false };
+        let stuck = ev.failures.iter().any(|(p, t, pd)| *p == Property::PublishEventuallyAcked && pd["stream"] == stream && dedup_id_stuck(&Failure { property: *p, t_s: *t, details: pd }, ev));
+        return stuck && text(d, "activity") == "write" && text(d, "op") == "scale" && scaled_to_one(ev, stream, |t| (t - at).abs() < 0.01);
+    }
     let d = f.details;
     let (Some(elapsed), Some(stream)) = (d["elapsed_s"].as_f64(), d["stream"].as_str()) else { return false };
     let opened = f.t_s - elapsed;
-    text(d, "last_error").contains("error code 10158")
-        && ev.operations.iter().any(|o| {
-            o["event"] == "requested"
-                && text(o, "op") == "scale"
-                && o["stream"] == stream
-                && o["detail"]["to"] == 1
-                && o["detail"]["from"].as_u64().is_some_and(|from| from > 1)
-                && o["t_s"].as_f64().is_some_and(|t| t >= opened - STUCK_AFTER_R1_S.1 && t <= opened - STUCK_AFTER_R1_S.0)
-        })
+    text(d, "last_error").contains("error code 10158") && scaled_to_one(ev, stream, |t| t >= opened - STUCK_AFTER_R1_S.1 && t <= opened - STUCK_AFTER_R1_S.0)
 }
 
 /// The largest interior hole of a replica comparison whose two sides hold different

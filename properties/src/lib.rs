@@ -11,6 +11,7 @@ pub mod known;
 pub mod leaders;
 pub mod liveness;
 pub mod operations;
+pub mod outage;
 pub mod outcomes;
 pub mod payload;
 pub mod publish;

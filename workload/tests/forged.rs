@@ -380,3 +380,33 @@ async fn a_message_withheld_from_the_durable_consumer_fails_durable_every_messag
     assert_eq!(owed["late"]["never_received"], json!([[seq, seq]]), "{owed}");
     assert_eq!(done.report["final_check"]["durable"], "held", "the ack floor never passed it: {}", done.why());
 }
+
+/// Every publish ack is lost on the client's link from 8 s to 20 s of a run whose operator
+/// steps the stream's leader down every second or so, with no fault injected (the run is
+/// told nothing else faults the cluster): a 12 s write outage after an operation, over the
+/// 10 s bound, fails `operation-outage-bounded`, and nothing else fails (the 20 s publish
+/// window is not used up).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_outage_after_an_operation_with_no_fault_fails_operation_outage_bounded() {
+    let h = Harness::start("outage").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    let started = std::time::Instant::now();
+    let (from, to) = (started + Duration::from_secs(8), started + Duration::from_secs(20));
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        let now = std::time::Instant::now();
+        if now > from && now < to && any_ack(&f, &stream) { vec![] } else { vec![f] }
+    })));
+    let cfg = h.config(
+        "stepdowns.toml",
+        "[operator]\ninterval_min = \"700ms\"\ninterval_max = \"1200ms\"\nwait_settled_probability = 0.0\n[operator.weights]\nscale = 0\nmove = 0\npeer_remove = 0\npeer_evacuate = 0\nserver_evacuate = 0\nstream_stepdown = 1\nmeta_stepdown = 0\nconsumer_stepdown = 0\nconsumer_scale = 0\nconsumer_peer_remove = 0\nconsumer_peer_evacuate = 0\n",
+    );
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "30s", &["--config", &cfg, "--only-own-faults"]), LIMIT);
+    done.assert_failed("operation-outage-bounded", &[]);
+    let first = &done.property("operation-outage-bounded")["first_failure"];
+    assert_eq!(first["activity"], "write", "{first}");
+    assert!(first["fault_free_s"].as_f64().is_some_and(|s| s > 10.0 && s < 16.0), "about 12 s: {first}");
+    let ops = std::fs::read_to_string(done.out.join("operations.jsonl")).unwrap();
+    assert!(ops.lines().any(|l| l.contains("\"outage\"")), "every operation's outages are recorded");
+}

@@ -43,6 +43,11 @@ pub enum Command {
         /// service name (DIR/n1, ...), for membership changes (wipe, new server name).
         #[arg(long, env = "WORKLOAD_DOCKER_NODE_DATA")]
         docker_node_data: Option<PathBuf>,
+        /// Nothing but this run injects faults into the cluster (a quiet staging cluster):
+        /// outages around operations are judged against liveness.outage_bound, as they are
+        /// on clusters the workload faults itself (local, --docker-faults).
+        #[arg(long, env = "WORKLOAD_ONLY_OWN_FAULTS")]
+        only_own_faults: bool,
         #[command(flatten)]
         common: Common,
     },

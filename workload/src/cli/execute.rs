@@ -29,6 +29,8 @@ struct Reached {
     addr: ClusterAddr,
     server_version: Option<String>,
     target: Option<Target>,
+    /// Every fault the cluster meets is this run's own (logged): outages are judged.
+    faults_known: bool,
     composer: Option<(Phase, StateDir)>,
 }
 
@@ -44,17 +46,19 @@ pub async fn execute(command: Command, mut cfg: Config, out: PathBuf) -> anyhow:
     let duration = common.duration;
     let knobs = Knobs { payload_size: common.payload_size.is_none(), in_flight: common.in_flight.is_none() };
     let allow_known = common.allow_known;
-    let Reached { addr, server_version, target, composer } = match command {
+    let Reached { addr, server_version, target, composer, faults_known } = match command {
         Command::Local { nodes, clusters, nats_server, .. } => match start_local(&mut cfg, nodes, clusters, nats_server.as_deref(), &out, &stop).await? {
             Some(reached) => reached,
             None => return Ok(ExitCode::from(EXIT_INFRA)), // stopped while starting
         },
-        Command::Run { cluster, docker_faults, docker_node_data, .. } => existing(&cfg, cluster, docker_faults, docker_node_data.as_deref(), cluster_size).await?,
+        Command::Run { cluster, docker_faults, docker_node_data, only_own_faults, .. } => {
+            existing(&cfg, cluster, docker_faults, docker_node_data.as_deref(), cluster_size, only_own_faults).await?
+        }
         Command::Composer { step } => {
             let phase = step.phase();
             let ComposerArgs { cluster, state, .. } = step.into_args();
             let addr = ClusterAddr { servers: cluster.servers, monitor_urls: cluster.monitor, size: cluster_size };
-            Reached { addr, server_version: None, target: None, composer: Some((phase, StateDir(state))) }
+            Reached { addr, server_version: None, target: None, composer: Some((phase, StateDir(state))), faults_known: false }
         }
         Command::Bench { smoke, depths, rounds, messages, nats_server, .. } => {
             let mut spec = if smoke { BenchSpec::smoke(cfg) } else { BenchSpec::full(cfg) };
@@ -77,6 +81,10 @@ pub async fn execute(command: Command, mut cfg: Config, out: PathBuf) -> anyhow:
         Some(Target::Local(c)) => Some(c.clone()),
         _ => None,
     };
+    // Every fault is ours (and logged) on a cluster this process faults (its local nodes, or
+    // its docker topology), with the injector on or off, or one the user says nothing else
+    // faults. Elsewhere faults are not known, and outages are measured, not judged.
+    let known_faults = faults_known.then(|| fault_log.clone());
     let injector = match target {
         Some(target) if cfg.faults.enabled => Some(Injector::new(target, cfg.clone(), source, fault_log.clone()).with_snapshot_copies(out.join("snapshot-copies"))),
         _ => None,
@@ -112,7 +120,7 @@ pub async fn execute(command: Command, mut cfg: Config, out: PathBuf) -> anyhow:
             // A composer driver writes report.json (and operations.jsonl, which the known-issue
             // table reads) without pages or timeline: one per command on a shared volume.
             let timeline = (!is_driver).then(|| out.join("timeline.jsonl"));
-            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, composer: driver.map(|(_, state)| state), timeline, out: Some(out.clone()) };
+            let spec = RunSpec { cfg: cfg.clone(), cluster: addr, seed, source, run_id: run_id.clone(), duration, injector, known_faults, composer: driver.map(|(_, state)| state), timeline, out: Some(out.clone()) };
             tracing::info!(seed, run_id, ?duration, "run starting");
             let finished = match run::run(spec, stop).await {
                 Ok(f) => f,
@@ -172,20 +180,21 @@ async fn start_local(cfg: &mut Config, per_cluster: usize, clusters: usize, nats
         (cfg.operator.system_user, cfg.operator.system_password) = (cluster::SYSTEM_USER.into(), cluster::SYSTEM_PASSWORD.into());
     }
     let target = Some(Target::Local(Arc::new(tokio::sync::Mutex::new(local))));
-    Ok(Some(Reached { addr, server_version: version, target, composer: None }))
+    Ok(Some(Reached { addr, server_version: version, target, composer: None, faults_known: true }))
 }
 
 /// `workload run`: the given cluster; with `--docker-faults`, its node containers as the
 /// fault target.
-async fn existing(cfg: &Config, cluster: ClusterArgs, docker_faults: bool, docker_node_data: Option<&Path>, cluster_size: usize) -> anyhow::Result<Reached> {
+async fn existing(cfg: &Config, cluster: ClusterArgs, docker_faults: bool, docker_node_data: Option<&Path>, cluster_size: usize, only_own_faults: bool) -> anyhow::Result<Reached> {
     let target = if docker_faults && cfg.faults.enabled {
         let hosts: Vec<String> = cluster.servers.iter().map(|url| url_host(url)).collect();
         Some(Target::Docker(DockerNodes::discover(&hosts, &cluster.servers, &cluster.monitor, docker_node_data).await?))
     } else {
         None
     };
+    let faults_known = target.is_some() || only_own_faults;
     let addr = ClusterAddr { servers: cluster.servers, monitor_urls: cluster.monitor, size: cluster_size };
-    Ok(Reached { addr, server_version: None, target, composer: None })
+    Ok(Reached { addr, server_version: None, target, composer: None, faults_known })
 }
 
 /// `workload bench`: bench.json in `out`, printed.

@@ -187,6 +187,11 @@ pub struct LivenessConfig {
     /// Fault-free tail of every window: faults are asked to pause this long.
     #[serde(with = "humantime_serde")]
     pub quiet: Duration,
+    /// Longest outage (no write acknowledged, nothing read while there was more, nothing
+    /// delivered to the durable consumer while it was owed) an operation may cause while no
+    /// fault is in force (`operation-outage-bounded`).
+    #[serde(with = "humantime_serde")]
+    pub outage_bound: Duration,
 }
 
 /// Every duration the workload derives from the liveness settings, named for its use, so
@@ -340,7 +345,7 @@ impl Default for ScaleConfig {
 
 impl Default for LivenessConfig {
     fn default() -> Self {
-        Self { window: Duration::from_secs(120), quiet: Duration::from_secs(30) }
+        Self { window: Duration::from_secs(120), quiet: Duration::from_secs(30), outage_bound: Duration::from_secs(10) }
     }
 }
 

@@ -39,6 +39,9 @@ impl Config {
         if l.quiet.is_zero() || l.quiet >= l.window {
             return Err(bad("liveness.quiet", "must be more than 0 and less than liveness.window"));
         }
+        if l.outage_bound.is_zero() {
+            return Err(bad("liveness.outage_bound", "must be more than 0"));
+        }
         if self.stream.duplicate_window < l.window * 2 {
             return Err(bad("stream.duplicate_window", "must be at least twice liveness.window, or a retry could be stored twice"));
         }

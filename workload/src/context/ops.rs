@@ -38,7 +38,12 @@ pub struct OpTally {
     log: std::sync::OnceLock<(std::path::PathBuf, Instant)>,
     /// When an operation was last requested on each stream.
     last_request: Mutex<BTreeMap<String, Instant>>,
+    /// The latest requests (numbered from 0, the last [`REQUESTS_KEPT`]), for the outage meter.
+    requests: Mutex<(u64, std::collections::VecDeque<(u64, String, OpKind, Instant)>)>,
 }
+
+/// Requests kept for readers that look now and then (the outage meter, four times a second).
+const REQUESTS_KEPT: usize = 256;
 
 impl OpTally {
     /// Writes each event to `path` from now on, timed from `origin`.
@@ -51,9 +56,17 @@ impl OpTally {
     /// settled (the peers before and after), requested-again, waiting-for-move.
     pub fn record(&self, stream: &str, op: OpKind, event: &str, detail: Value) {
         tracing::info!(op = op.id(), %stream, %detail, "operation {event}");
-        if event.starts_with("requested") {
+        if event == "requested" {
             if let Ok(mut m) = self.last_request.lock() {
                 m.insert(stream.to_string(), Instant::now());
+            }
+            if let Ok(mut r) = self.requests.lock() {
+                let n = r.0;
+                r.0 += 1;
+                r.1.push_back((n, stream.to_string(), op, Instant::now()));
+                if r.1.len() > REQUESTS_KEPT {
+                    r.1.pop_front();
+                }
             }
         }
         let Some((path, origin)) = self.log.get() else { return };
@@ -63,6 +76,14 @@ impl OpTally {
     /// When an operation was last requested on `stream`.
     pub fn last_request(&self, stream: &str) -> Option<Instant> {
         self.last_request.lock().ok()?.get(stream).copied()
+    }
+
+    /// Requests on `stream` numbered from `*next` on (and moves `*next` past every request seen).
+    pub fn requests_since(&self, stream: &str, next: &mut u64) -> Vec<(OpKind, Instant)> {
+        let Ok(r) = self.requests.lock() else { return Vec::new() };
+        let out = r.1.iter().filter(|(n, s, _, _)| *n >= *next && s == stream).map(|(_, _, op, t)| (*op, *t)).collect();
+        *next = r.0;
+        out
     }
 
     pub fn count(&self, op: OpKind, f: impl FnOnce(&mut OpCounts)) {

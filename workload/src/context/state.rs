@@ -198,6 +198,9 @@ stats! {
     /// Messages verified by the final full read.
     final_verified,
     consumer_recreates,
+    /// Ordered consumers made anew because they delivered nothing for half the outage
+    /// bound while the stream held more (each logged with the old consumer's state).
+    consumer_stuck_recreates,
     /// Deliveries of already verified sequences as a new consumer's first message (the
     /// client restarted a consumer from 1).
     redeliveries,

@@ -240,6 +240,7 @@ async fn drive(
                         report_undone(judge, ctx, v).await;
                     }
                     Stats::add(&ctx.stats.durable_delivered, 1);
+                    ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
                     if delivered > 1 {
                         Stats::add(&ctx.stats.durable_redelivered, 1);
                     }

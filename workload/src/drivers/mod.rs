@@ -3,6 +3,7 @@ pub mod catch_up;
 pub mod durable;
 pub mod monitor;
 pub mod operator;
+pub mod outages;
 pub mod publisher;
 pub mod reader;
 
@@ -19,6 +20,7 @@ pub fn spawn_core(ctx: &Arc<Ctx>, tasks: &mut JoinSet<anyhow::Result<()>>) {
     let c = ctx.clone();
     tasks.spawn(on_stream(ctx, async move { reader::read(&c, reader::Until::Cancelled, &c.stats.verified).await.map(drop) }));
     tasks.spawn(on_stream(ctx, monitor::run(until_finishing(ctx))));
+    tasks.spawn(on_stream(ctx, outages::run(ctx.clone())));
 }
 
 /// `ctx` for a driver that has nothing to finish: it stops when the run's time is up.

@@ -40,6 +40,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
     let js = jetstream::ContextBuilder::new().timeout(ctx.api_timeout()).build(client.clone());
     let mut verifier = ReadVerifier::new(ctx.run.clone(), 1);
     let mut catch_up = CatchUp::new(Property::ConsumerEventuallyCatchesUp, true);
+    let mut stuck = Stuck::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
 
     'consumer: loop {
@@ -79,6 +80,21 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => return Ok(verifier.next_seq()),
                 _ = tick.tick() => {
+                    let goal = match until { Until::Cancelled => Stats::get(&ctx.stats.last_acked_seq), Until::Seq(last) => last };
+                    if stuck.stuck(ctx.live.now(), verifier.consumed(), goal, ctx.cfg.liveness.outage_bound / 2) {
+                        // A consumer that delivers nothing while the stream holds more: the
+                        // client would wait two missed heartbeats (30 s) to replace it.
+                        let name = if consumer_name.is_empty() { &own_name } else { &consumer_name };
+                        let info = jsapi::request(&client, &format!("CONSUMER.INFO.{}.{name}", ctx.stream), &serde_json::Value::Null, ctx.api_timeout()).await;
+                        let state = match &info {
+                            Ok(i) => json!({ "exists": true, "num_pending": i["num_pending"], "delivered": i["delivered"], "leader": i["cluster"]["leader"] }),
+                            Err(e) => json!({ "error": e.to_string() }),
+                        };
+                        tracing::info!(consumer = %name, %state, consumed = verifier.consumed(), goal, "the ordered consumer delivered nothing for half the outage bound while behind: made anew");
+                        Stats::add(&ctx.stats.consumer_stuck_recreates, 1);
+                        recreated(ctx, "delivered nothing while behind");
+                        continue 'consumer;
+                    }
                     match catch_up.tick(ctx, until, verifier.consumed(), 0) {
                         Tick::Go => {}
                         Tick::Stalled { target } => {
@@ -184,6 +200,30 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 }
             }
         }
+    }
+}
+
+/// When the reader last moved, to tell a consumer that delivers nothing while there is
+/// more to read.
+#[derive(Default)]
+struct Stuck {
+    consumed: u64,
+    since: std::time::Duration,
+}
+
+impl Stuck {
+    /// Whether the reader at `consumed` has not moved for `after` at `now` while behind
+    /// `goal` (and then starts over: a new consumer gets its own time).
+    fn stuck(&mut self, now: std::time::Duration, consumed: u64, goal: u64, after: std::time::Duration) -> bool {
+        if consumed != self.consumed || consumed >= goal {
+            (self.consumed, self.since) = (consumed, now);
+            return false;
+        }
+        if now.saturating_sub(self.since) < after {
+            return false;
+        }
+        self.since = now;
+        true
     }
 }
 

@@ -37,6 +37,9 @@ pub struct RunSpec {
     pub duration: Duration,
     /// The local fault injector, for `workload local`.
     pub injector: Option<Injector>,
+    /// The log of every fault in the run, when the run knows them all (a cluster only this
+    /// process faults, the injector on or off): outages are judged against it.
+    pub known_faults: Option<Arc<crate::faults::log::FaultLog>>,
     /// A Test Composer driver: no `setup_complete` (the entrypoint's), no final
     /// verification (the eventually_/finally_ commands'), and what was acknowledged is
     /// recorded in this state directory while the run goes on.
@@ -208,7 +211,7 @@ pub async fn run(spec: RunSpec, stop: CancellationToken) -> Result<Finished, Not
     // exits without a report (the CLI's).
     let run_stop = CancellationToken::new();
     let quiet = QuietRequests::new(spec.cfg.liveness.window);
-    let faults = spec.injector.as_ref().map(|i| i.log.clone());
+    let faults = spec.known_faults.clone();
     let ops: Arc<crate::context::ops::OpTally> = Arc::default();
     if let Some(dir) = &spec.out {
         // Beside the report and the fault log.

@@ -398,7 +398,7 @@ impl Bench {
             self.streams += 1;
             let run_id = format!("bench{}_{}_n{n}", std::process::id(), self.streams);
             let duration = self.spec.streams_for;
-            let spec = RunSpec { cfg, cluster: self.cluster(), seed: self.streams, source: Source::Seeded(self.streams), run_id, duration, injector: None, composer: None, timeline: None, out: None };
+            let spec = RunSpec { cfg, cluster: self.cluster(), seed: self.streams, source: Source::Seeded(self.streams), run_id, duration, injector: None, known_faults: None, composer: None, timeline: None, out: None };
             let timer = Timer::start();
             let finished = run::run(spec, CancellationToken::new()).await.map_err(|e| anyhow::anyhow!("{n} streams: {e}"))?;
             let cpu = cpu_seconds() - timer.cpu;

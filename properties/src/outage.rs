@@ -1,0 +1,326 @@
+//! Outages around operations: how long writes stopped (no new ack), reads stopped (nothing
+//! verified while there was more to read) and the durable consumer's deliveries stopped
+//! (nothing delivered while it owed messages), around each operation on the stream. Seed
+//! 001 promises that with 2.15 streams and consumers stay available while they are scaled
+//! up or down, and that consumers do not stall after they are moved: this measures it.
+//!
+//! The meter is fed samples of three counters and the times operations were requested. Each
+//! outage belongs to one operation: the latest requested before it began (or within
+//! [`SLACK`] after: a request is logged a moment after it is sent), and at most
+//! [`OBSERVE_AFTER`] before; an outage with no such operation belongs to none. An
+//! operation's record holds the longest outage of each activity that belongs to it, and is
+//! closed [`OBSERVE_AFTER`] after its request, or, while an outage of its own is under way,
+//! when that ends (at most `limit` later). Pure: times are passed in.
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// How long after a request an outage that begins still belongs to the operation.
+pub const OBSERVE_AFTER: Duration = Duration::from_secs(30);
+/// How long before its request an outage may begin and still belong to an operation.
+pub const SLACK: Duration = Duration::from_secs(1);
+
+/// What stops in an outage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activity {
+    /// No publish acknowledged.
+    Write,
+    /// The ordered reader verified nothing while the stream held more than it had read.
+    Read,
+    /// The durable consumer was delivered nothing while it owed acknowledged messages.
+    Durable,
+}
+
+pub const ACTIVITIES: [Activity; 3] = [Activity::Write, Activity::Read, Activity::Durable];
+
+/// One look at the counters.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub t: Duration,
+    /// Acks so far (the publisher's count) and the last acknowledged sequence.
+    pub acked: u64,
+    pub last_acked: u64,
+    /// Messages the ordered reader verified.
+    pub verified: u64,
+    /// Deliveries to the durable consumer, and how far it received everything (none: no
+    /// durable consumer).
+    pub durable: Option<(u64, u64)>,
+}
+
+/// A stretch without progress, in seconds from the run's start.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Span {
+    pub from_s: f64,
+    pub to_s: f64,
+    /// Still under way when it was measured (the run ended, or the watch's limit).
+    pub ongoing: bool,
+}
+
+impl Span {
+    pub fn secs(&self) -> f64 {
+        self.to_s - self.from_s
+    }
+}
+
+/// What one operation met.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OpOutages {
+    pub op: String,
+    pub requested_s: f64,
+    /// The longest outage of each activity around it (none: it never stopped).
+    pub write: Option<Span>,
+    pub read: Option<Span>,
+    pub durable: Option<Span>,
+}
+
+impl OpOutages {
+    pub fn get(&self, a: Activity) -> Option<Span> {
+        match a {
+            Activity::Write => self.write,
+            Activity::Read => self.read,
+            Activity::Durable => self.durable,
+        }
+    }
+
+    fn slot(&mut self, a: Activity) -> &mut Option<Span> {
+        match a {
+            Activity::Write => &mut self.write,
+            Activity::Read => &mut self.read,
+            Activity::Durable => &mut self.durable,
+        }
+    }
+}
+
+/// One activity: when it last moved, and whether it is stopped now.
+#[derive(Clone, Debug, Default)]
+struct Track {
+    value: u64,
+    last_progress: Duration,
+    /// Stopped since (with work pending).
+    stopped_since: Option<Duration>,
+}
+
+impl Track {
+    /// Feeds one sample; returns an outage that just ended.
+    fn observe(&mut self, t: Duration, value: u64, pending: bool) -> Option<Span> {
+        let moved = value > self.value;
+        self.value = value;
+        if moved || !pending {
+            self.last_progress = t;
+            let ended = self.stopped_since.take().map(|from| span(from, t, false));
+            return ended;
+        }
+        if self.stopped_since.is_none() {
+            self.stopped_since = Some(self.last_progress);
+        }
+        None
+    }
+
+    fn ongoing(&self, t: Duration) -> Option<Span> {
+        self.stopped_since.map(|from| span(from, t, true))
+    }
+}
+
+fn span(from: Duration, to: Duration, ongoing: bool) -> Span {
+    Span { from_s: from.as_secs_f64(), to_s: to.as_secs_f64(), ongoing }
+}
+
+struct Watch {
+    out: OpOutages,
+    at: Duration,
+}
+
+pub struct OutageMeter {
+    tracks: [Track; 3],
+    /// Operations not yet closed, oldest first, and the latest one closed (an outage that
+    /// begins after it still belongs to it; a later one belongs to none).
+    watches: Vec<Watch>,
+    /// How long a watch waits for an outage of its own under way to end.
+    limit: Duration,
+    started: bool,
+}
+
+impl OutageMeter {
+    /// `limit`: how long past [`OBSERVE_AFTER`] an outage under way is waited for.
+    pub fn new(limit: Duration) -> Self {
+        Self { tracks: Default::default(), watches: Vec::new(), limit, started: false }
+    }
+
+    /// An operation was requested at `at`.
+    pub fn operation(&mut self, op: &str, at: Duration) {
+        let out = OpOutages { op: op.to_string(), requested_s: at.as_secs_f64(), write: None, read: None, durable: None };
+        self.watches.push(Watch { out, at });
+    }
+
+    /// The operation an outage beginning at `from` belongs to (an index into `watches`).
+    fn owner(&self, from: Duration) -> Option<usize> {
+        let i = self.watches.iter().rposition(|w| w.at <= from + SLACK)?;
+        (from <= self.watches[i].at + OBSERVE_AFTER).then_some(i)
+    }
+
+    fn attribute(&mut self, a: Activity, s: Span) {
+        if let Some(i) = self.owner(Duration::from_secs_f64(s.from_s)) {
+            let slot = self.watches[i].out.slot(a);
+            if slot.is_none_or(|old| s.secs() > old.secs()) {
+                *slot = Some(s);
+            }
+        }
+    }
+
+    /// Feeds one sample; returns the operations whose records closed.
+    pub fn sample(&mut self, p: Progress) -> Vec<OpOutages> {
+        let (delivered, received) = p.durable.unwrap_or((0, p.last_acked));
+        let feeds = [(p.acked, true), (p.verified, p.verified < p.last_acked), (delivered, received < p.last_acked)];
+        if !self.started {
+            // The first sample sets where each counter stands.
+            self.started = true;
+            for (track, (value, _)) in self.tracks.iter_mut().zip(feeds) {
+                *track = Track { value, last_progress: p.t, stopped_since: None };
+            }
+            return Vec::new();
+        }
+        for (i, (value, pending)) in feeds.into_iter().enumerate() {
+            if let Some(ended) = self.tracks[i].observe(p.t, value, pending) {
+                self.attribute(ACTIVITIES[i], ended);
+            }
+        }
+        let mut closed = Vec::new();
+        while let Some(w) = self.watches.first() {
+            let own_under_way = self.tracks.iter().any(|t| t.stopped_since.is_some_and(|from| self.owner(from) == Some(0)));
+            let due = w.at + OBSERVE_AFTER;
+            if p.t < due + SLACK || (own_under_way && p.t < due + self.limit) {
+                break;
+            }
+            // Closing: what of its own is still under way is measured to now.
+            for i in 0..ACTIVITIES.len() {
+                if let Some(s) = self.tracks[i].ongoing(p.t).filter(|s| self.owner(Duration::from_secs_f64(s.from_s)) == Some(0)) {
+                    self.attribute(ACTIVITIES[i], s);
+                }
+            }
+            closed.push(self.watches.remove(0).out);
+        }
+        closed
+    }
+
+    /// Closes every operation's record at `t` (the run ends): outages under way are
+    /// measured to `t`.
+    pub fn close_all(&mut self, t: Duration) -> Vec<OpOutages> {
+        for i in 0..ACTIVITIES.len() {
+            if let Some(s) = self.tracks[i].ongoing(t) {
+                self.attribute(ACTIVITIES[i], s);
+            }
+        }
+        std::mem::take(&mut self.watches).into_iter().map(|w| w.out).collect()
+    }
+}
+
+/// The longest stretch of `span` with no fault in force, as (from, to) seconds: `faults`
+/// holds each stretch with faults in force (from, to; none: to the end), in order and not
+/// overlapping. An outage is judged on that stretch alone: what a fault stopped is the
+/// fault's, what stopped with no fault in force is the operation's.
+pub fn fault_free_longest(span: &Span, faults: &[(f64, Option<f64>)]) -> (f64, f64) {
+    let mut best = (span.from_s, span.from_s);
+    let mut free_from = span.from_s;
+    for (start, end) in faults {
+        let end = end.unwrap_or(f64::INFINITY);
+        if end < span.from_s || *start > span.to_s {
+            continue;
+        }
+        if *start > free_from && start - free_from > best.1 - best.0 {
+            best = (free_from, *start);
+        }
+        free_from = free_from.max(end);
+    }
+    if span.to_s > free_from && span.to_s - free_from > best.1 - best.0 {
+        best = (free_from, span.to_s);
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(x: u64) -> Duration {
+        Duration::from_millis(x)
+    }
+
+    /// Samples every 250 ms from `from` to `to` ms with the counters given by `f(t_ms)`.
+    fn feed(m: &mut OutageMeter, from: u64, to: u64, f: impl Fn(u64) -> (u64, u64, u64)) -> Vec<OpOutages> {
+        let mut closed = Vec::new();
+        for t in (from..=to).step_by(250) {
+            let (acked, verified, delivered) = f(t);
+            closed.extend(m.sample(Progress { t: ms(t), acked, last_acked: acked, verified, durable: Some((delivered, delivered.min(acked))) }));
+        }
+        closed
+    }
+
+    #[test]
+    fn a_write_stall_after_a_scale_is_its_outage_and_busy_readers_are_none() {
+        let mut m = OutageMeter::new(Duration::from_secs(120));
+        feed(&mut m, 0, 10_000, |t| (t, t, t));
+        m.operation("scale", ms(10_000));
+        // Acks stop from 12 s to 20 s; the readers keep up with what was acked.
+        let closed = feed(&mut m, 10_250, 50_000, |t| {
+            let acked = if t < 12_000 { t } else if t < 20_000 { 12_000 } else { t };
+            (acked, acked, acked)
+        });
+        assert_eq!(closed.len(), 1);
+        let o = &closed[0];
+        assert_eq!((o.op.as_str(), o.requested_s), ("scale", 10.0));
+        assert_eq!(o.write, Some(Span { from_s: 12.0, to_s: 20.0, ongoing: false }), "{o:?}");
+        assert_eq!((o.read, o.durable), (None, None), "nothing to read is no read outage");
+    }
+
+    #[test]
+    fn an_outage_belongs_to_the_latest_operation_before_it_and_none_long_after() {
+        let mut m = OutageMeter::new(Duration::from_secs(120));
+        feed(&mut m, 0, 5_000, |t| (t, t, t));
+        m.operation("stepdown", ms(2_000));
+        m.operation("move", ms(5_500));
+        // The reader stops at 6 s and reads again at 15 s: the move's, not the stepdown's.
+        let reader = |t: u64| if t < 6_000 { t } else if t < 15_000 { 6_000 } else { t };
+        let mut closed = feed(&mut m, 5_250, 60_000, |t| (t, reader(t), t));
+        assert_eq!(closed.iter().map(|o| o.op.as_str()).collect::<Vec<_>>(), ["stepdown", "move"]);
+        assert_eq!(closed[0].read, None);
+        assert_eq!(closed[1].read, Some(Span { from_s: 6.0, to_s: 15.0, ongoing: false }));
+        // One beginning a moment before the request (logged after it was sent) is its own.
+        m.operation("scale", ms(70_000));
+        closed = feed(&mut m, 60_250, 110_000, |t| (t, if (69_500..75_000).contains(&t) { 69_500 } else { t }, t));
+        assert_eq!(closed[0].read.map(|s| s.from_s), Some(69.5));
+        // A stall 40 s after a request belongs to nothing.
+        m.operation("stepdown", ms(120_000));
+        closed = feed(&mut m, 110_250, 200_000, |t| (t, if (160_000..170_000).contains(&t) { 160_000 } else { t }, t));
+        assert_eq!(closed[0].read, None, "{:?}", closed[0]);
+    }
+
+    #[test]
+    fn a_stall_under_way_keeps_the_watch_open_until_it_ends_or_the_limit() {
+        let mut m = OutageMeter::new(Duration::from_secs(60));
+        feed(&mut m, 0, 1_000, |t| (t, t, t));
+        m.operation("scale", ms(1_000));
+        let closed = feed(&mut m, 1_250, 80_000, |t| (t.min(2_000), t.min(2_000), t.min(2_000)));
+        assert!(closed.is_empty(), "still stalled at 80 s: waited for");
+        let closed = feed(&mut m, 80_250, 95_000, |t| (t.min(2_000), t.min(2_000), t.min(2_000)));
+        assert_eq!(closed.len(), 1, "closed at 31 + 60 s");
+        let w = closed[0].write.unwrap();
+        assert!(w.ongoing && w.from_s == 2.0 && (91.0..=91.3).contains(&w.to_s), "{w:?}");
+        // The run ends with another one open: measured to the end, and its own.
+        m.operation("scale", ms(95_000));
+        feed(&mut m, 95_250, 96_000, |t| (t, t, t));
+        let last = m.close_all(ms(98_000));
+        assert_eq!(last[0].write, None, "the stall before its request is not its own");
+    }
+
+    #[test]
+    fn an_outage_is_judged_on_its_longest_stretch_without_a_fault() {
+        let s = Span { from_s: 10.0, to_s: 40.0, ongoing: false };
+        assert_eq!(fault_free_longest(&s, &[]), (10.0, 40.0));
+        assert_eq!(fault_free_longest(&s, &[(5.0, Some(12.0))]), (12.0, 40.0), "a fault at its start excuses only that part");
+        assert_eq!(fault_free_longest(&s, &[(5.0, Some(12.0)), (20.0, Some(35.0))]), (12.0, 20.0));
+        assert_eq!(fault_free_longest(&s, &[(15.0, None)]), (10.0, 15.0), "a fault in force to the end");
+        assert_eq!(fault_free_longest(&s, &[(1.0, Some(9.0)), (41.0, Some(50.0))]), (10.0, 40.0), "faults outside it");
+        assert_eq!(fault_free_longest(&s, &[(0.0, Some(50.0))]), (10.0, 10.0), "a fault all along");
+    }
+}
