@@ -215,27 +215,18 @@ impl OutageMeter {
     }
 }
 
-/// The longest stretch of `span` with no fault in force, as (from, to) seconds: `faults`
-/// holds each stretch with faults in force (from, to; none: to the end), in order and not
-/// overlapping. An outage is judged on that stretch alone: what a fault stopped is the
-/// fault's, what stopped with no fault in force is the operation's.
-pub fn fault_free_longest(span: &Span, faults: &[(f64, Option<f64>)]) -> (f64, f64) {
-    let mut best = (span.from_s, span.from_s);
-    let mut free_from = span.from_s;
-    for (start, end) in faults {
-        let end = end.unwrap_or(f64::INFINITY);
-        if end < span.from_s || *start > span.to_s {
-            continue;
-        }
-        if *start > free_from && start - free_from > best.1 - best.0 {
-            best = (free_from, *start);
-        }
-        free_from = free_from.max(end);
+/// The part of `span` from its start until a fault is in force, as (from, to) seconds:
+/// `faults` holds the stretches with faults in force (from, to; none: to the end). An
+/// outage that begins while a fault is in force is the fault's, even where it outlasts it
+/// (recovery takes what it takes); one that begins with no fault in force is the
+/// operation's until a fault comes (empty when one is in force at its start).
+pub fn fault_free_start(span: &Span, faults: &[(f64, Option<f64>)]) -> (f64, f64) {
+    let from = span.from_s;
+    if faults.iter().any(|(start, end)| *start <= from && end.is_none_or(|e| e >= from)) {
+        return (from, from);
     }
-    if span.to_s > free_from && span.to_s - free_from > best.1 - best.0 {
-        best = (free_from, span.to_s);
-    }
-    best
+    let next = faults.iter().map(|(start, _)| *start).filter(|s| *s > from).fold(f64::INFINITY, f64::min);
+    (from, span.to_s.min(next))
 }
 
 #[cfg(test)]
@@ -314,13 +305,12 @@ mod tests {
     }
 
     #[test]
-    fn an_outage_is_judged_on_its_longest_stretch_without_a_fault() {
+    fn an_outage_is_judged_from_its_start_until_a_fault() {
         let s = Span { from_s: 10.0, to_s: 40.0, ongoing: false };
-        assert_eq!(fault_free_longest(&s, &[]), (10.0, 40.0));
-        assert_eq!(fault_free_longest(&s, &[(5.0, Some(12.0))]), (12.0, 40.0), "a fault at its start excuses only that part");
-        assert_eq!(fault_free_longest(&s, &[(5.0, Some(12.0)), (20.0, Some(35.0))]), (12.0, 20.0));
-        assert_eq!(fault_free_longest(&s, &[(15.0, None)]), (10.0, 15.0), "a fault in force to the end");
-        assert_eq!(fault_free_longest(&s, &[(1.0, Some(9.0)), (41.0, Some(50.0))]), (10.0, 40.0), "faults outside it");
-        assert_eq!(fault_free_longest(&s, &[(0.0, Some(50.0))]), (10.0, 10.0), "a fault all along");
+        assert_eq!(fault_free_start(&s, &[]), (10.0, 40.0));
+        assert_eq!(fault_free_start(&s, &[(5.0, Some(12.0))]), (10.0, 10.0), "begun in a fault: the fault's, even past its end");
+        assert_eq!(fault_free_start(&s, &[(1.0, Some(9.0)), (20.0, Some(35.0))]), (10.0, 20.0), "the operation's until a fault comes");
+        assert_eq!(fault_free_start(&s, &[(15.0, None)]), (10.0, 15.0));
+        assert_eq!(fault_free_start(&s, &[(1.0, Some(9.0)), (41.0, Some(50.0))]), (10.0, 40.0), "faults outside it");
     }
 }

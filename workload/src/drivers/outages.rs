@@ -2,13 +2,14 @@
 //! operations requested on it, and for each operation whose watch closes it records the
 //! longest write, read and durable outage around it (`operations.jsonl`, event `outage`),
 //! steers Antithesis toward long ones, and judges each against `liveness.outage_bound`
-//! where the run knows every fault: an outage with a stretch longer than the bound with no
-//! fault in force fails `operation-outage-bounded`. It runs until the publisher has ended.
+//! where the run knows every fault: an outage that began with no fault in force and lasted
+//! longer than the bound before any fault came fails `operation-outage-bounded`. It runs
+//! until the publisher has ended.
 
 use crate::context::state::{Ctx, Stats};
 use crate::sdk;
 use properties::operations::OpKind;
-use properties::outage::{fault_free_longest, OpOutages, OutageMeter, Progress, ACTIVITIES};
+use properties::outage::{fault_free_start, OpOutages, OutageMeter, Progress, ACTIVITIES};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,14 +82,14 @@ fn judge(ctx: &Ctx, o: &OpOutages) {
     let Some(faults) = faults(ctx) else { return }; // faults unknown: measured, not judged
     for a in ACTIVITIES {
         let Some(span) = o.get(a) else { continue };
-        let (from, to) = fault_free_longest(&span, &faults);
+        let (from, to) = fault_free_start(&span, &faults);
         if to - from <= bound.as_secs_f64() {
             sdk::check!(Property::OperationOutageBounded, true, &json!({ "op": o.op, "activity": a, "outage_s": span.secs(), "fault_free_s": to - from }));
         } else {
             sdk::check!(Property::OperationOutageBounded, false, &json!({
                 "stream": ctx.stream, "op": o.op, "requested_s": o.requested_s, "activity": a, "outage": span, "outage_s": span.secs(),
                 "fault_free": [from, to], "fault_free_s": to - from, "bound_s": bound.as_secs_f64(),
-                "problem": "after this operation the activity stopped for longer than the bound with no fault in force" }));
+                "problem": "after this operation the activity stopped, with no fault in force, for longer than the bound" }));
         }
     }
 }
