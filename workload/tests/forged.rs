@@ -382,7 +382,7 @@ async fn a_message_withheld_from_the_durable_consumer_fails_durable_every_messag
 }
 
 /// Every publish ack is lost on the client's link from 8 s to 20 s of a run whose operator
-/// steps the stream's leader down every second or so, with no fault injected (the run is
+/// steps the stream's leader down every 2-3 s, with no fault injected (the run is
 /// told nothing else faults the cluster): a 12 s write outage after an operation, over the
 /// 10 s bound, fails `operation-outage-bounded`, and nothing else fails (the 20 s publish
 /// window is not used up).
@@ -399,10 +399,10 @@ async fn a_write_outage_after_an_operation_with_no_fault_fails_operation_outage_
     })));
     let cfg = h.config(
         "stepdowns.toml",
-        "[operator]\ninterval_min = \"700ms\"\ninterval_max = \"1200ms\"\nwait_settled_probability = 0.0\n[operator.weights]\nscale = 0\nmove = 0\npeer_remove = 0\npeer_evacuate = 0\nserver_evacuate = 0\nstream_stepdown = 1\nmeta_stepdown = 0\nconsumer_stepdown = 0\nconsumer_scale = 0\nconsumer_peer_remove = 0\nconsumer_peer_evacuate = 0\n",
+        "[operator]\ninterval_min = \"2s\"\ninterval_max = \"3s\"\nwait_settled_probability = 0.0\n[operator.weights]\nscale = 0\nmove = 0\npeer_remove = 0\npeer_evacuate = 0\nserver_evacuate = 0\nstream_stepdown = 1\nmeta_stepdown = 0\nconsumer_stepdown = 0\nconsumer_scale = 0\nconsumer_peer_remove = 0\nconsumer_peer_evacuate = 0\n",
     );
     let servers = [format!("nats://127.0.0.1:{}", link.port)];
-    let done = h.finish(h.spawn_via(&servers, "30s", &["--config", &cfg, "--only-own-faults"]), LIMIT);
+    let done = h.finish(h.spawn_via(&servers, "30s", &["--config", &cfg, "--only-own-faults", "--cluster-size", "3"]), LIMIT);
     done.assert_failed("operation-outage-bounded", &[]);
     let first = &done.property("operation-outage-bounded")["first_failure"];
     assert_eq!(first["activity"], "write", "{first}");
