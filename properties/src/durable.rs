@@ -464,9 +464,10 @@ pub struct FloorJudge {
     /// When looks last found the consumer on a single server, and which.
     single_seen: Option<Duration>,
     single_on: Option<String>,
-    /// When the confirmed floor got where, recently and finely: what an undone ack's
-    /// confirmation time is read from.
-    pub confirmed: RecentClock,
+    /// When the highest sequence delivered got where, recently and finely: an ack cannot be
+    /// confirmed before its message was delivered, and fresh deliveries come in stream
+    /// order, so this bounds from below when an undone ack was confirmed.
+    pub delivered: RecentClock,
     /// Looks in a row that found it on a single server.
     single_looks: u32,
     /// The consumer's leader and peers at the last look, for a failure's details.
@@ -486,7 +487,7 @@ impl FloorJudge {
             gone: confirm(),
             single_seen: None,
             single_on: None,
-            confirmed: RecentClock::default(),
+            delivered: RecentClock::default(),
             single_looks: 0,
             last_look: Value::Null,
             acked: AckClock::default(),
@@ -512,7 +513,8 @@ impl FloorJudge {
     /// kill -9), and nothing else holds them, so a crash of that server after it confirmed
     /// them undoes them by design. So an undo is excused only when the consumer had a
     /// single replica within `recent` before `now` AND that server crashed (was killed,
-    /// restarted, power-cut or wiped) after the undone ack was confirmed: the question this
+    /// restarted, power-cut or wiped) after the undone message was delivered (its ack was
+    /// confirmed later still; a crash before that cannot have undone it): the question this
     /// returns, for the caller to answer from the fault log and the server's start time.
     /// None: nothing can excuse it (a skip never is; no single-replica spell; no server
     /// known).
@@ -523,22 +525,22 @@ impl FloorJudge {
         let server = self.single_on.clone()?;
         // The first ack undone: above the floor the server reports, or the one delivered again.
         let first = v.details["ack_floor"].as_u64().map(|f| f + 1).or_else(|| v.details["seq"].as_u64()).unwrap_or(1);
-        Some(CrashQuestion { server, confirmed_by: self.confirmed.reached_by(first).unwrap_or(now) })
+        Some(CrashQuestion { server, delivered_after: self.delivered.last_below(first).unwrap_or_default() })
     }
 }
 
-/// Did `server` crash after `confirmed_by` (run time: the undone ack was confirmed by then)?
+/// Did `server` crash after `delivered_after` (run time: the undone message was delivered,
+/// and so its ack confirmed, after that)?
 #[derive(Clone, Debug, PartialEq)]
 pub struct CrashQuestion {
     pub server: String,
-    pub confirmed_by: Duration,
+    pub delivered_after: Duration,
 }
 
-/// When a growing number (the confirmed floor) reached each value, over the last `keep`:
-/// samples at least 100 ms apart and the latest value, so an undone ack's confirmation is
-/// placed within a fraction of a second (a coarse clock would call a crash just after a
-/// confirmation one before it). Every time kept is an upper bound: the value was reached
-/// by then. Bounded by `keep` / 100 ms samples.
+/// When a growing number (the highest sequence delivered) reached each value, over the last `keep`:
+/// samples at least 100 ms apart and the latest value, so an undone message's delivery is
+/// placed within a fraction of a second of a crash. A sample is (t, v): the value was v at
+/// t, so it reached v by then and any higher value after. Bounded by `keep` / 100 ms samples.
 #[derive(Clone, Debug)]
 pub struct RecentClock {
     samples: std::collections::VecDeque<(Duration, u64)>,
@@ -571,6 +573,12 @@ impl RecentClock {
     /// oldest kept, for a value reached before the samples begin); none if not reached yet.
     pub fn reached_by(&self, n: u64) -> Option<Duration> {
         self.samples.iter().chain(self.latest.iter()).find(|(_, v)| *v >= n).map(|(t, _)| *t)
+    }
+
+    /// The last time the value was still below `n`: it reached `n` after that. None when
+    /// no sample kept is below it (reached before the samples begin, or never sampled).
+    pub fn last_below(&self, n: u64) -> Option<Duration> {
+        self.samples.iter().chain(self.latest.iter()).filter(|(_, v)| *v < n).map(|(t, _)| *t).max()
     }
 }
 
@@ -629,20 +637,20 @@ mod judge_tests {
         let undone = Violation::new(Property::DurableAckNeverUndone, json!({ "ack_floor": 100, "confirmed_floor": 200 }));
         let skipped = Violation::new(Property::DurableNothingSkipped, json!({}));
         let mut j = FloorJudge::new(s(4));
-        j.confirmed.sample(s(8), 90);
-        j.confirmed.sample(s(9), 150);
+        j.delivered.sample(s(8), 90);
+        j.delivered.sample(s(9), 150);
         assert_eq!(j.crash_question(&undone, s(10), s(60)), None, "never on one server");
         j.saw(OneServer::Listed, Some("n2"), s(10));
         assert_eq!(j.crash_question(&undone, s(10), s(60)), None, "one followerless answer is not yet a spell");
         j.saw(OneServer::Listed, Some("n2"), s(12));
-        assert_eq!(j.crash_question(&undone, s(30), s(60)), Some(CrashQuestion { server: "n2".into(), confirmed_by: s(9) }), "101 was confirmed by 9 s");
+        assert_eq!(j.crash_question(&undone, s(30), s(60)), Some(CrashQuestion { server: "n2".into(), delivered_after: s(8) }), "101 was delivered after 8 s (90 then)");
         assert_eq!(j.crash_question(&skipped, s(30), s(60)), None, "a skip is never excused");
         j.saw(OneServer::No, Some("n1"), s(14));
         assert!(j.crash_question(&undone, s(72), s(60)).is_some() && j.crash_question(&undone, s(73), s(60)).is_none(), "the spell ages out after `recent`");
         let mut c = FloorJudge::new(s(4));
         c.saw(OneServer::Configured, Some("n3"), s(5));
         let redelivered = Violation::new(Property::DurableAckNeverUndone, json!({ "seq": 7 }));
-        assert_eq!(c.crash_question(&redelivered, s(6), s(60)), Some(CrashQuestion { server: "n3".into(), confirmed_by: s(6) }), "configured R1 counts at once; not sampled yet: confirmed by now");
+        assert_eq!(c.crash_question(&redelivered, s(6), s(60)), Some(CrashQuestion { server: "n3".into(), delivered_after: s(0) }), "configured R1 counts at once; no sample below it: any crash since the start");
     }
 
     #[test]
@@ -657,6 +665,9 @@ mod judge_tests {
         assert_eq!(c.reached_by(9_997), Some(ms(9_998 * 50)), "within 100 ms");
         assert_eq!(c.reached_by(10), c.samples.front().map(|s| s.0), "older than kept: the oldest sample bounds it");
         assert_eq!(c.reached_by(20_000), None);
+        assert_eq!(c.last_below(9_999), Some(ms(9_998 * 50)), "9,998 was the value then");
+        assert_eq!(c.last_below(9_997), Some(ms(9_996 * 50)));
+        assert_eq!(c.last_below(10), None, "below every sample kept");
     }
 }
 

@@ -84,6 +84,8 @@ async fn drive(
     // When the consumer last changed (made, a new leader): what was pending comes again
     // only after an ack wait, so a message's delivery deadline counts from then at the earliest.
     let mut changed_at = ctx.live.now();
+    // The highest sequence delivered so far (for the delivery clock an undo is timed by).
+    let mut max_delivered = 0u64;
     let cap = ctx.cfg.durable.acks_in_flight;
     let mut acks = FuturesUnordered::new();
     let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, false);
@@ -112,7 +114,10 @@ async fn drive(
         let open = || async {
             let stream = js.get_stream_no_info(&ctx.stream).await?;
             let consumer: jetstream::consumer::PullConsumer = stream.get_consumer(NAME).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-            consumer.stream().max_messages_per_batch(256).heartbeat(Duration::from_secs(5)).expires(Duration::from_secs(30)).messages().await.map_err(anyhow::Error::from)
+            // Pull requests do not survive a consumer leader change: the client notices by
+            // two missed heartbeats, so they are short (a 5 s heartbeat left the consumer
+            // idle 10 s after every consumer leader change).
+            consumer.stream().max_messages_per_batch(256).heartbeat(Duration::from_secs(1)).expires(Duration::from_secs(30)).messages().await.map_err(anyhow::Error::from)
         };
         let mut window = ctx.live.open("pull from the durable consumer", Property::DurableEventuallyCatchesUp);
         let mut messages = loop {
@@ -144,7 +149,6 @@ async fn drive(
                     let Ok((seq, reply, confirmed, again)): Result<AckAnswer, _> = done else { continue };
                     if confirmed {
                         ledger.on_ack_confirmed(seq);
-                        judge.confirmed.sample(ctx.live.now(), ledger.confirmed_floor());
                         Stats::add(&ctx.stats.durable_acks_confirmed, 1);
                         Stats::add(&ctx.stats.durable_acks_confirmed_again, u64::from(again));
                     } else {
@@ -231,6 +235,8 @@ async fn drive(
                         continue;
                     };
                     let (seq, delivered) = (info.stream_sequence, info.delivered.max(0) as u64);
+                    max_delivered = max_delivered.max(seq);
+                    judge.delivered.sample(ctx.live.now(), max_delivered);
                     let header = |name: &str| msg.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str());
                     let violations = ledger.on_delivery(seq, header(MSG_ID_HEADER), header(CHECKSUM_HEADER), &msg.payload);
                     if violations.is_empty() {
@@ -325,12 +331,12 @@ enum Look {
 
 /// Reports an undone ack, unless a crash explains it ([`FloorJudge::crash_question`]: the
 /// consumer had a single replica within the last liveness window, and that server's process
-/// stopped after the ack was confirmed): those are counted, not failed, and true is
-/// returned. An undo on a single server that did not crash fails, saying so.
+/// stopped after the undone message was delivered): those are counted, not failed, and true
+/// is returned. An undo on a single server that did not crash fails, saying so.
 async fn report_undone(judge: &mut FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
     let mut v = v.clone();
     if let Some(q) = judge.crash_question(&v, ctx.live.now(), ctx.cfg.liveness.recent()) {
-        match crashed_since(ctx, &q.server, q.confirmed_by).await {
+        match crashed_since(ctx, &q.server, q.delivered_after).await {
             Some(crash) => {
                 let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if n < 3 {
@@ -340,7 +346,7 @@ async fn report_undone(judge: &mut FloorJudge, ctx: &Ctx, v: &Violation) -> bool
             }
             None => {
                 v.details["single_replica_on"] = json!(q.server);
-                v.details["confirmed_by_s"] = json!(q.confirmed_by.as_secs_f64());
+                v.details["delivered_after_s"] = json!(q.delivered_after.as_secs_f64());
                 v.details["crash_seen"] = json!(false);
             }
         }
