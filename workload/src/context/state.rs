@@ -165,6 +165,8 @@ macro_rules! stats {
             $( $(#[$doc])* pub $name: AtomicU64, )*
             /// Leader of the stream at the last look (for progress lines).
             pub leader: Mutex<String>,
+            /// The publisher's last failure (what a write outage met).
+            pub last_publish_error: Mutex<String>,
         }
         impl Stats {
             pub fn to_json(&self) -> Value {

@@ -141,6 +141,8 @@ async fn drive(
                 break 'consumer;
             }
         };
+        // Open again: the window that any failed opens started is decided.
+        window.succeeded();
         loop {
             tokio::select! {
                 _ = ctx.cancel.cancelled() => break 'consumer,

@@ -9,7 +9,7 @@
 use crate::context::state::{Ctx, Stats};
 use crate::sdk;
 use properties::operations::OpKind;
-use properties::outage::{fault_free_start, OpOutages, OutageMeter, Progress, ACTIVITIES};
+use properties::outage::{fault_free_start, Activity, OpOutages, OutageMeter, Progress, ACTIVITIES};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,10 +86,14 @@ fn judge(ctx: &Ctx, o: &OpOutages) {
         if to - from <= bound.as_secs_f64() {
             sdk::check!(Property::OperationOutageBounded, true, &json!({ "op": o.op, "activity": a, "outage_s": span.secs(), "fault_free_s": to - from }));
         } else {
-            sdk::check!(Property::OperationOutageBounded, false, &json!({
+            let mut details = json!({
                 "stream": ctx.stream, "op": o.op, "requested_s": o.requested_s, "activity": a, "outage": span, "outage_s": span.secs(),
                 "fault_free": [from, to], "fault_free_s": to - from, "bound_s": bound.as_secs_f64(),
-                "problem": "after this operation the activity stopped, with no fault in force, for longer than the bound" }));
+                "problem": "after this operation the activity stopped, with no fault in force, for longer than the bound" });
+            if a == Activity::Write {
+                details["last_publish_error"] = json!(ctx.stats.last_publish_error.lock().map(|e| e.clone()).unwrap_or_default());
+            }
+            sdk::check!(Property::OperationOutageBounded, false, &details);
         }
     }
 }

@@ -104,6 +104,9 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
             _ => {}
         }
         tracing::debug!(index = next_send, error = %failure.error, "publish failed; resending from the first unconfirmed message");
+        if let Ok(mut last) = ctx.stats.last_publish_error.lock() {
+            last.clone_from(&failure.error);
+        }
         let w = window.get_or_insert_with(|| ctx.live.open("publish", Property::PublishEventuallyAcked));
         let going = {
             let mut pause = std::pin::pin!(w.failed(&failure.error, &ctx.cancel));
