@@ -144,11 +144,11 @@ pub const ISSUES: &[KnownIssue] = &[
     },
     KnownIssue {
         id: "dedup-id-stuck-in-process",
-        title: "a message id sent while the stream's group is replaced for a scale to one replica is answered \"duplicate message id is in process\" (10158) until the duplicate window forgets it",
+        title: "writes stall after the stream is scaled to one replica: the message sent as its group is replaced is answered \"duplicate message id is in process\" (10158) until the duplicate window forgets it, or not answered until the next leader change",
         status: Status::Suspected,
         versions: &["2.15.1"],
         properties: &[Property::PublishEventuallyAcked, Property::OperationOutageBounded],
-        trigger: "the same stream was scaled from several replicas to one 4-10 s before the publish window opened, and the window ran out on 10158; or a write outage begun 0-4 s after that scale's request while the publisher met 10158",
+        trigger: "the same stream was scaled from several replicas to one 4-10 s before the publish window opened, and the window ran out on 10158; or a write outage (no fault in force) began 0-4 s after such a request",
         write_up: "findings/dedup-id-stuck-in-process/README.md",
         predicate: dedup_id_stuck,
         unknowns: None,
@@ -202,13 +202,12 @@ fn dedup_id_stuck(f: &Failure, ev: &Evidence) -> bool {
     if f.property == Property::OperationOutageBounded {
         // A write outage that began as the stuck message was sent: a scale of the stream to
         // one replica requested at most 4 s before (the send came 0.5-1.8 s after it in the
-        // runs measured; the outage may belong to a later operation), and the publisher
-        // meeting 10158.
+        // runs measured; the outage may belong to a later operation). The publisher met
+        // 10158 in some such outages and only ack timeouts in others (one of 24 s, ended
+        // by the next scale's leader change), so the error is not asked.
         let d = f.details;
         let (Some(stream), Some(from)) = (d["stream"].as_str(), d["outage"]["from_s"].as_f64()) else { return false };
-        return text(d, "activity") == "write"
-            && text(d, "last_publish_error").contains("error code 10158")
-            && scaled_to_one(ev, stream, |t| (0.0..=4.0).contains(&(from - t)));
+        return text(d, "activity") == "write" && scaled_to_one(ev, stream, |t| (0.0..=4.0).contains(&(from - t)));
     }
     let d = f.details;
     let (Some(elapsed), Some(stream)) = (d["elapsed_s"].as_f64(), d["stream"].as_str()) else { return false };

@@ -222,3 +222,24 @@ fn dedup_id_stuck_matches_its_real_case_only() {
     timeout.failures("publish-eventually-acked").for_each(|d| d["last_error"] = json!("timed out: didn't receive ack in time"));
     assert!(timeout.known("publish-eventually-acked").is_empty(), "another error");
 }
+
+#[test]
+fn dedup_id_stuck_explains_the_write_outage_of_its_scale_only() {
+    let c = case("dedup-id-stuck-in-process-outage");
+    assert_eq!(c.known("operation-outage-bounded"), ids(&["dedup-id-stuck-in-process"]));
+    assert_eq!(c.judged()["verdict_without_known"], "pass");
+
+    assert!(c.with_version("2.14.6").known("operation-outage-bounded").is_empty(), "another release");
+    let mut no_r1 = c.clone();
+    no_r1.operations.retain(|o| o["detail"]["to"] != 1);
+    assert!(no_r1.known("operation-outage-bounded").is_empty(), "no scale to one replica");
+    let mut later = c.clone();
+    later.failures("operation-outage-bounded").for_each(|d| d["outage"]["from_s"] = json!(d["outage"]["from_s"].as_f64().unwrap() + 4.0));
+    assert!(later.known("operation-outage-bounded").is_empty(), "begun 4.6 s after the scale: past the 4 s the runs allow");
+    let mut read = c.clone();
+    read.failures("operation-outage-bounded").for_each(|d| d["activity"] = json!("read"));
+    assert!(read.known("operation-outage-bounded").is_empty(), "a read outage");
+    let mut other = c.clone();
+    other.failures("operation-outage-bounded").for_each(|d| d["stream"] = json!("WORKLOAD_other"));
+    assert!(other.known("operation-outage-bounded").is_empty(), "another stream's");
+}

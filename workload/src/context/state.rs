@@ -165,7 +165,9 @@ macro_rules! stats {
             $( $(#[$doc])* pub $name: AtomicU64, )*
             /// Leader of the stream at the last look (for progress lines).
             pub leader: Mutex<String>,
-            /// The publisher's last failure (what a write outage met).
+            /// The publisher's first failure since its last clean ack, and its last failure
+            /// (what a write outage met).
+            pub first_publish_error: Mutex<String>,
             pub last_publish_error: Mutex<String>,
         }
         impl Stats {

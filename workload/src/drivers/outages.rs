@@ -91,7 +91,9 @@ fn judge(ctx: &Ctx, o: &OpOutages) {
                 "fault_free": [from, to], "fault_free_s": to - from, "bound_s": bound.as_secs_f64(),
                 "problem": "after this operation the activity stopped, with no fault in force, for longer than the bound" });
             if a == Activity::Write {
-                details["last_publish_error"] = json!(ctx.stats.last_publish_error.lock().map(|e| e.clone()).unwrap_or_default());
+                let read = |m: &std::sync::Mutex<String>| m.lock().map(|e| e.clone()).unwrap_or_default();
+                details["first_publish_error"] = json!(read(&ctx.stats.first_publish_error));
+                details["last_publish_error"] = json!(read(&ctx.stats.last_publish_error));
             }
             sdk::check!(Property::OperationOutageBounded, false, &details);
         }

@@ -107,6 +107,11 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
         if let Ok(mut last) = ctx.stats.last_publish_error.lock() {
             last.clone_from(&failure.error);
         }
+        if window.is_none() {
+            if let Ok(mut first) = ctx.stats.first_publish_error.lock() {
+                first.clone_from(&failure.error);
+            }
+        }
         let w = window.get_or_insert_with(|| ctx.live.open("publish", Property::PublishEventuallyAcked));
         let going = {
             let mut pause = std::pin::pin!(w.failed(&failure.error, &ctx.cancel));
