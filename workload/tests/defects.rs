@@ -177,7 +177,9 @@ async fn a_message_the_reader_is_not_given_fails_read_sequence_gap_free() {
     api(&client, &format!("STREAM.UPDATE.{}", h.stream), config).await;
     h.jetstream(&client).publish(other, "elsewhere".into()).await.unwrap().await.unwrap();
     let done = h.finish(child, LIMIT);
-    done.assert_failed("read-sequence-gap-free", &["publish-ack-gap-free", "publish-eventually-acked"]);
+    // The reader never gets past the message it is not given: its catch-up, finished when
+    // the run's time is up, runs out too.
+    done.assert_failed("read-sequence-gap-free", &["publish-ack-gap-free", "publish-eventually-acked", "consumer-eventually-catches-up"]);
     assert_eq!(done.property("read-sequence-gap-free")["first_failure"]["first_missing_in_stream"], true);
 }
 
@@ -210,7 +212,7 @@ async fn recreating_the_durable_consumer_from_the_start_fails_durable_ack_never_
         "deliver_policy": "all", "ack_wait": 5_000_000_000u64, "filter_subject": h.subject } });
     api(&client, &format!("CONSUMER.CREATE.{}.durable", h.stream), config).await;
     let done = h.finish(child, LIMIT);
-    done.assert_failed("durable-ack-never-undone", &[]);
+    done.assert_failed("durable-ack-never-undone", &["durable-every-message-delivered"]);
     assert_eq!(done.counter("durable_unreplicated_undone"), 0);
 }
 
@@ -229,7 +231,10 @@ async fn an_undone_ack_on_a_single_replica_without_a_crash_fails_durable_ack_nev
         "deliver_policy": "all", "ack_wait": 5_000_000_000u64, "filter_subject": h.subject } });
     api(&client, &format!("CONSUMER.CREATE.{}.durable", h.stream), config).await;
     let done = h.finish(child, LIMIT);
-    done.assert_failed("durable-ack-never-undone", &[]);
+    // After the undo, every redelivery of a confirmed ack is left unacknowledged (to see
+    // whether it comes again): with the new consumer's 1,000 pending allowed, later
+    // messages may then never come (at least once fails too).
+    done.assert_failed("durable-ack-never-undone", &["durable-every-message-delivered"]);
     assert_eq!(done.counter("durable_unreplicated_undone"), 0, "nothing excused");
     let first = &done.property("durable-ack-never-undone")["first_failure"];
     assert!(first["crash_seen"] == false && first["single_replica_on"].is_string(), "{first}");

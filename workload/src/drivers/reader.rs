@@ -92,6 +92,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                         };
                         tracing::info!(consumer = %name, %state, consumed = verifier.consumed(), goal, "the ordered consumer delivered nothing for half the outage bound while behind: made anew");
                         Stats::add(&ctx.stats.consumer_stuck_recreates, 1);
+                        abandon(ctx, &client, name);
                         recreated(ctx, "delivered nothing while behind");
                         continue 'consumer;
                     }
@@ -195,6 +196,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                         }
                     }
                     // Present or unknown: read from `from` again. Absent: go on after the hole.
+                    abandon(ctx, &client, if consumer_name.is_empty() { &own_name } else { &consumer_name });
                     recreated(ctx, "stream sequence gap");
                     continue 'consumer;
                 }
@@ -234,6 +236,14 @@ fn done(ctx: &Ctx, until: Until, verifier: &ReadVerifier) -> bool {
         }
         Until::Seq(last) => verifier.consumed() >= last,
     }
+}
+
+/// Deletes an ordered consumer the reader leaves behind (in the background: an answer
+/// changes nothing), so a reader that goes around the same gap again and again does not
+/// pile up consumers until the server refuses more (10026).
+fn abandon(ctx: &Ctx, client: &async_nats::Client, name: &str) {
+    let (client, api, timeout) = (client.clone(), format!("CONSUMER.DELETE.{}.{name}", ctx.stream), ctx.api_timeout());
+    tokio::spawn(async move { jsapi::request(&client, &api, &serde_json::Value::Null, timeout).await });
 }
 
 fn recreated(ctx: &Ctx, why: &str) {
