@@ -31,22 +31,34 @@ pub fn until_finishing(ctx: &Ctx) -> Arc<Ctx> {
 /// Ends the drivers of the streams `ctxs` when the run's time is up: first `finishing`, on
 /// which nothing new is started and what is open is finished (the publisher's sends not yet
 /// acknowledged, each reader's catch-up to the last ack, the operator's operation), each
-/// within its own liveness window; faults are paused by then. After `bound` whatever still
-/// runs is stopped, and the windows it leaves are reported unknown. The first error is
-/// returned.
+/// within its own liveness window; faults are paused by then. Whatever still runs after
+/// `bound` without progress (no ack, no read, no delivery on any stream; at most ten times
+/// `bound` in all) is stopped, and the windows it leaves are reported unknown. The first
+/// error is returned.
 pub async fn finish(ctxs: &[Arc<Ctx>], mut tasks: JoinSet<anyhow::Result<()>>, bound: std::time::Duration) -> anyhow::Result<()> {
+    use crate::context::state::Stats;
     ctxs.iter().for_each(|c| c.live.finishing.cancel());
     let mut first = Ok(());
-    let deadline = tokio::time::Instant::now() + bound;
+    let started = tokio::time::Instant::now();
+    let progress = || ctxs.iter().map(|c| Stats::get(&c.stats.acked) + Stats::get(&c.stats.verified) + Stats::get(&c.stats.durable_delivered)).sum::<u64>();
+    let (mut seen, mut deadline) = (progress(), started + bound);
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tokio::select! {
             next = tasks.join_next() => match next {
                 Some(res) => keep_first(&mut first, res),
                 None => break,
             },
-            _ = tokio::time::sleep_until(deadline) => {
-                tracing::warn!(running = tasks.len(), "drivers still finishing after {bound:?}: stopped (what they had open is unknown)");
-                break;
+            _ = tick.tick() => {
+                let now = progress();
+                if now != seen {
+                    seen = now;
+                    deadline = (tokio::time::Instant::now() + bound).min(started + 10 * bound);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::warn!(running = tasks.len(), "drivers still finishing after {bound:?} without progress: stopped (what they had open is unknown)");
+                    break;
+                }
             }
         }
     }

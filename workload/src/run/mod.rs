@@ -431,17 +431,27 @@ async fn verify_all(ctxs: Vec<Arc<Ctx>>) -> Vec<StreamDone> {
 }
 
 /// Ends the drivers when the run's (or an epoch's) time is up: they finish what they had
-/// open (see [`drivers::finish`]), within at most two liveness windows and a quiet part,
-/// with faults paused for that long when `quiet` (not for a composer driver, whose windows
-/// ask for their own quiet while other drivers run).
+/// open (see [`drivers::finish`]), within two liveness windows and a quiet part without
+/// progress, with faults paused meanwhile when `quiet` (not for a composer driver, whose
+/// windows ask for their own quiet while other drivers run).
 async fn finish_drivers(ctxs: &[Arc<Ctx>], tasks: tokio::task::JoinSet<anyhow::Result<()>>, quiet: bool) -> anyhow::Result<()> {
     let Some(first) = ctxs.first() else { return drivers::join(tasks).await };
     let l = &first.cfg.liveness;
     let bound = 2 * l.window + l.quiet;
-    if quiet {
-        first.live.quiet.request(crate::faults::quiet::Why::FinalVerification, bound, "the run's time is up: the drivers finish what they have open");
+    if !quiet {
+        return drivers::finish(ctxs, tasks, bound).await;
     }
-    drivers::finish(ctxs, tasks, bound).await
+    // Faults stay paused for as long as the drivers finish (a request per bound).
+    let ask = || first.live.quiet.request(crate::faults::quiet::Why::FinalVerification, bound, "the run's time is up: the drivers finish what they have open");
+    let _ = ask();
+    let finishing = drivers::finish(ctxs, tasks, bound);
+    tokio::pin!(finishing);
+    loop {
+        tokio::select! {
+            r = &mut finishing => return r,
+            _ = tokio::time::sleep(bound / 2) => { let _ = ask(); }
+        }
+    }
 }
 
 /// The liveness windows the run was stopped under (nothing decided them): each one's
