@@ -195,6 +195,9 @@ stats! {
     /// Retries rejected for a wrong last sequence although the stream held that very
     /// message: the leader's dedup state had not caught up yet.
     dedup_lagged,
+    /// Of those, the stream held the retried message itself (id, checksum, payload) right
+    /// after the last ack: taken as its ack, read instead of answered.
+    acked_by_lookup,
     /// The highest message index sent (acknowledged or not).
     sent_high,
     /// Messages read and verified by the live consumer.

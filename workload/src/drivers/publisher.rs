@@ -215,7 +215,13 @@ async fn judge(
         Err(e) => {
             if e.kind() == PublishErrorKind::WrongLastSequence {
                 if let Some(last) = reported_last_sequence(&e) {
-                    wrong_last_sequence(ctx, js, ledger, behind, index, last).await;
+                    if let Some(seq) = wrong_last_sequence(ctx, js, ledger, behind, index, last).await {
+                        // The server did not recognise the id, but the stream holds this
+                        // very message (id and checksum) at the sequence its ack would have
+                        // named: what a duplicate ack would have said, read instead.
+                        Stats::add(&ctx.stats.acked_by_lookup, 1);
+                        return confirmed(ctx, ledger, behind, index, seq, true);
+                    }
                 }
             }
             let error = match std::error::Error::source(&e) {
@@ -229,7 +235,12 @@ async fn judge(
         // Another stream captured our subject: nothing about ours can be concluded.
         return Err(Failure { error: format!("ack from stream {:?}, not {:?}", ack.stream, ctx.stream), kind: None });
     }
-    match ledger.on_ack(index, ack.sequence, ack.duplicate) {
+    confirmed(ctx, ledger, behind, index, ack.sequence, ack.duplicate)
+}
+
+/// Judges an ack of the oldest publish in flight (`seq`, a duplicate or not) in send order.
+fn confirmed(ctx: &Ctx, ledger: &mut PublishLedger, behind: &mut Confirm, index: u64, seq: u64, duplicate: bool) -> Result<bool, Failure> {
+    match ledger.on_ack(index, seq, duplicate) {
         AckVerdict::Fresh => sdk::hold!(Property::PublishAckGapFree),
         AckVerdict::Duplicate => {
             Stats::add(&ctx.stats.duplicate_acks, 1);
@@ -244,14 +255,17 @@ async fn judge(
     Stats::add(&ctx.stats.acked, 1);
     ctx.stats.last_acked_seq.store(ledger.watermark(), Relaxed);
     ctx.stats.ack_diverged_at.store(ledger.diverged_at().unwrap_or(0), Relaxed);
-    Ok(ack.duplicate)
+    Ok(duplicate)
 }
 
 /// What a rejection for a wrong last sequence shows, judged without trusting one answer:
 /// "the stream ends before the last ack" must hold for a confirmation period (a deposed
 /// leader can answer from a stale view), and "something else sits after the last ack" is
-/// looked up, since a new leader's dedup state can lag behind what it stored.
-async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &PublishLedger, behind: &mut Confirm, index: u64, last: u64) {
+/// looked up, since a new leader's dedup state can lag behind what it stored. When what
+/// sits there is this very message (id and checksum), its sequence is returned: it is
+/// stored where its ack would have said (a leader whose dedup state lost the id answered
+/// so for a whole window, seen on 2.15.1: findings/README.md, dedup-lost-after-r1-evacuation).
+async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &PublishLedger, behind: &mut Confirm, index: u64, last: u64) -> Option<u64> {
     match ledger.on_wrong_last_sequence(last) {
         Rejection::Transient => behind_refuted(ctx, behind),
         Rejection::Behind => match behind.observe(ctx.live.now(), true) {
@@ -276,13 +290,20 @@ async fn wrong_last_sequence(ctx: &Ctx, js: &jetstream::Context, ledger: &Publis
                     let occupant_index = id.as_deref().and_then(|id| ctx.run.index_of(id));
                     match ledger.judge_occupant(index, seq, occupant_index, id.as_deref()) {
                         Some(v) => sdk::violation!(&v, [Property::PublishAckGapFree]),
-                        None => Stats::add(&ctx.stats.dedup_lagged, 1),
+                        None => {
+                            Stats::add(&ctx.stats.dedup_lagged, 1);
+                            let sum = msg.headers.get(CHECKSUM_HEADER).map(|v| v.as_str().to_string());
+                            if sum.as_deref() == Some(checksum(&msg.payload).as_str()) && msg.payload.as_ref() == ctx.run.payload(index).as_slice() {
+                                return Some(seq);
+                            }
+                        }
                     }
                 }
                 Err(e) => tracing::debug!(seq, "could not look up what follows the last ack: {e}"),
             }
         }
     }
+    None
 }
 
 /// The stream's last sequence named in a 10071 rejection ("wrong last sequence: 42").
