@@ -244,3 +244,48 @@ fn dedup_id_stuck_explains_the_write_outage_of_its_scale_only() {
     other.failures("operation-outage-bounded").for_each(|d| d["stream"] = json!("WORKLOAD_other"));
     assert!(other.known("operation-outage-bounded").is_empty(), "another stream's");
 }
+
+/// Each write outage after the removal of a two-replica stream's leader is marked; the
+/// durable consumer's outages in the same run (its own group's leader went with the peer;
+/// the entry does not cover them) stay failures.
+#[test]
+fn peer_remove_leader_election_explains_the_write_outages_of_leader_removals_only() {
+    let c = case("peer-remove-leader-election");
+    let r = c.judged();
+    let p = r["properties"].as_array().unwrap().iter().find(|p| p["id"] == "operation-outage-bounded").unwrap();
+    let marks: Vec<(String, Value)> = p["failures"].as_array().unwrap().iter().map(|f| (f["details"]["activity"].as_str().unwrap().to_string(), f["known"].clone())).collect();
+    assert!(marks.iter().filter(|(a, _)| a == "write").count() >= 3, "{marks:?}");
+    for (activity, known) in &marks {
+        let expected = if activity == "write" { json!("peer-remove-leader-election") } else { Value::Null };
+        assert_eq!(known, &expected, "{activity}: {marks:?}");
+    }
+    assert_eq!(r["known_issues"][0]["status"], "reproduced");
+
+    let explained = |c: &Case| -> usize {
+        let r = c.judged();
+        let p = r["properties"].as_array().unwrap().iter().find(|p| p["id"] == "operation-outage-bounded").unwrap().clone();
+        p["failures"].as_array().unwrap().iter().filter(|f| f["known"] == "peer-remove-leader-election").count()
+    };
+    assert_eq!(explained(&c.with_version("2.14.6")), 0, "another release");
+    let mut follower = c.clone();
+    follower.operations.iter_mut().filter(|o| o["op"] == "peer-remove").for_each(|o| o["detail"]["leader"] = json!("n9"));
+    assert_eq!(explained(&follower), 0, "a follower's removal");
+    let mut unknown_leader = c.clone();
+    unknown_leader.operations.iter_mut().for_each(|o| o["detail"]["leader"] = Value::Null);
+    assert_eq!(explained(&unknown_leader), 0, "a request that does not say who led");
+    let mut three = c.clone();
+    three.operations.iter_mut().filter(|o| o["op"] == "peer-remove" && o["event"] == "requested").for_each(|o| o["detail"]["peers"].as_array_mut().unwrap().push(json!("n5")));
+    assert_eq!(explained(&three), 0, "a three-replica stream (handover in 0.1 s)");
+    let mut long = c.clone();
+    long.failures("operation-outage-bounded").for_each(|d| d["outage_s"] = json!(12.5));
+    assert_eq!(explained(&long), 0, "longer than an ack timeout, an election and the retry pause");
+    let mut later = c.clone();
+    later.failures("operation-outage-bounded").for_each(|d| d["outage"]["from_s"] = json!(d["requested_s"].as_f64().unwrap() + 1.5));
+    assert_eq!(explained(&later), 0, "begun 1.5 s after the request");
+    let mut scale = c.clone();
+    scale.failures("operation-outage-bounded").for_each(|d| d["op"] = json!("scale"));
+    assert_eq!(explained(&scale), 0, "another operation's outage");
+    let mut other = c.clone();
+    other.failures("operation-outage-bounded").for_each(|d| d["stream"] = json!("WORKLOAD_other"));
+    assert_eq!(explained(&other), 0, "another stream's");
+}

@@ -68,7 +68,7 @@ pub async fn step(ctx: &Ctx, client: &async_nats::Client, system: &async_nats::C
     };
     let body = json!({ "peer": peer });
     let request = || jsapi::request(via, &api, &body, timeout);
-    if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, json!({ "peer": peer, "peers": holders }), request).await? {
+    if !send(ctx, op, Property::PeerRemovalEventuallyReplaced, json!({ "peer": peer, "peers": holders, "leader": info.view.cluster.as_ref().and_then(|c| c.leader.clone()) }), request).await? {
         if drops {
             ctx.view.not_dropped(Some(&peer), replicas);
         }
