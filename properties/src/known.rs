@@ -138,7 +138,7 @@ pub const ISSUES: &[KnownIssue] = &[
         status: Status::Reproduced,
         versions: &["2.14.6", "2.15.1"],
         properties: &[Property::ReplicasAgree, Property::ReadSequenceGapFree, Property::AckedMessageNeverLost, Property::StreamStateCoversAcks],
-        trigger: "a corruption of a stopped node's stream file; a replica comparison then showed interior deletes on one side only, and whatever was missing fits in that hole",
+        trigger: "a corruption of a message block of the stream on a stopped node; a replica comparison then showed interior deletes on that node's side that the other side lacks, and whatever was missing fits in that side's deletes",
         write_up: "findings/corrupted-copy-kept/README.md",
         predicate: corrupted_copy_kept,
         unknowns: None,
@@ -149,10 +149,10 @@ pub const ISSUES: &[KnownIssue] = &[
         status: Status::ByDesign,
         versions: &["2.14.6", "2.15.1"],
         properties: LIVENESS,
-        trigger: "a corruption of a stopped node's files; a liveness failure in the run names \"snapshot corrupt\", and this one names that error or a corrupted node; the final verification, which waits for a healthy cluster, is left unanswered",
+        trigger: "a corruption of a Raft snapshot of a stream's group on a stopped node; a liveness failure of the run says that stream's snapshot is corrupt (\"raft: snapshot corrupt\"), and this one, of the same stream, says so too or names a node so struck; the same stream's final verification, which waits for a healthy cluster, is left unanswered",
         write_up: "findings/corrupt-snapshot-kept-out/README.md",
         predicate: corrupt_snapshot_kept_out,
-        unknowns: Some(|d, _| text(d, "problem") == "final verification: the cluster never became healthy"),
+        unknowns: Some(corrupt_snapshot_unknown),
     },
     KnownIssue {
         id: "dedup-id-stuck-in-process",
@@ -258,27 +258,50 @@ fn peer_remove_leader_election(f: &Failure, ev: &Evidence) -> bool {
         })
 }
 
-/// The largest interior hole of a replica comparison whose two sides hold different
-/// interior deletes (0 when they hold the same, or it says nothing of them).
-fn hole(replicas_agree: &Value) -> u64 {
-    match (replicas_agree["leader"]["num_deleted"].as_u64(), replicas_agree["replica"]["num_deleted"].as_u64()) {
-        (Some(l), Some(r)) if l != r => l.max(r),
-        _ => 0,
+/// Nodes whose copy of `stream` had a message block (`streams/<stream>/msgs/*.blk`)
+/// corrupted before `t`: the only damage this issue is about.
+fn blocks_corrupted_before<'a>(ev: &'a Evidence, stream: &'a str, t: f64) -> impl Iterator<Item = &'a str> {
+    let block = format!("/streams/{stream}/msgs/");
+    faults_before(ev, &["corrupt"], t)
+        .filter(move |e| e["detail"]["touched"].as_array().into_iter().flatten().any(|f| text(f, "file").contains(&block) && text(f, "file").ends_with(".blk")))
+        .flat_map(|e| e["nodes"].as_array().into_iter().flatten())
+        .filter_map(|n| n["name"].as_str().or(n.as_str()))
+}
+
+/// The interior hole a replica comparison shows on a side whose node had a block of the
+/// stream corrupted before it: that side's deletes, when the two sides' differ (0 when
+/// neither side is such a node, or the sides hold the same deletes).
+fn hole(ev: &Evidence, t: f64, d: &Value) -> u64 {
+    let (l, r) = (&d["leader"], &d["replica"]);
+    let (Some(ld), Some(rd), Some(stream)) = (l["num_deleted"].as_u64(), r["num_deleted"].as_u64(), d["stream"].as_str()) else { return 0 };
+    if ld == rd {
+        return 0;
     }
+    let struck: Vec<&str> = blocks_corrupted_before(ev, stream, t).collect();
+    [(l, ld), (r, rd)].iter().filter(|(side, _)| side["node"].as_str().is_some_and(|n| struck.contains(&n))).map(|(_, n)| *n).max().unwrap_or(0)
 }
 
 fn corrupted_copy_kept(f: &Failure, ev: &Evidence) -> bool {
-    if faults_before(ev, &["corrupt"], f.t_s).next().is_none() {
+    let d = f.details;
+    let Some(stream) = d["stream"].as_str() else { return false };
+    if blocks_corrupted_before(ev, stream, f.t_s).next().is_none() {
         return false;
     }
-    let largest_hole = ev.failures.iter().filter(|(p, _, d)| *p == Property::ReplicasAgree && same_stream(d, f.details)).map(|(_, _, d)| hole(d)).max().unwrap_or(0);
-    let d = f.details;
+    // The largest hole a comparison of this stream showed in the run (the final one, at
+    // rest, may come after the loss it explains).
+    let largest_hole = ev
+        .failures
+        .iter()
+        .filter(|(p, _, c)| *p == Property::ReplicasAgree && same_stream(c, d))
+        .map(|(_, t, c)| hole(ev, *t, c))
+        .max()
+        .unwrap_or(0);
     let range = |from: &str, to: &str| match (d[from].as_u64(), d[to].as_u64()) {
         (Some(a), Some(b)) if b >= a => Some(b - a + 1),
         _ => None,
     };
     match f.property {
-        Property::ReplicasAgree => hole(d) > 0,
+        Property::ReplicasAgree => hole(ev, f.t_s, d) > 0,
         Property::ReadSequenceGapFree => d["first_missing_in_stream"] == true && range("missing_from", "missing_to").is_some_and(|n| n <= largest_hole),
         Property::AckedMessageNeverLost => {
             // The final read's confirmed range, or the first sequences stream info lacks.
@@ -293,13 +316,42 @@ fn corrupted_copy_kept(f: &Failure, ev: &Evidence) -> bool {
     }
 }
 
+/// Whether a liveness failure's error says a Raft snapshot of `stream` is corrupt (the
+/// health endpoint names the stream: "JetStream stream 'APP > <stream>' is not current:
+/// ... raft: snapshot corrupt").
+fn says_snapshot_corrupt(d: &Value, stream: &str) -> bool {
+    let error = text(d, "last_error");
+    !stream.is_empty() && error.contains("snapshot corrupt") && error.contains(&format!("> {stream}'"))
+}
+
+/// Nodes whose Raft snapshot of a stream's group (`_js_/S-*/snapshots/`) was corrupted
+/// before `t`.
+fn snapshots_corrupted_before(ev: &Evidence, t: f64) -> Vec<&str> {
+    faults_before(ev, &["corrupt"], t)
+        .filter(|e| e["detail"]["touched"].as_array().into_iter().flatten().any(|f| text(f, "file").contains("/_js_/S-") && text(f, "file").contains("/snapshots/")))
+        .flat_map(|e| e["nodes"].as_array().into_iter().flatten())
+        .filter_map(|n| n["name"].as_str().or(n.as_str()))
+        .collect()
+}
+
+/// A liveness failure of the stream whose snapshot a failure of the run said is corrupt,
+/// after a snapshot of a stream's group was corrupted; it says so itself or names a node
+/// so struck.
 fn corrupt_snapshot_kept_out(f: &Failure, ev: &Evidence) -> bool {
-    let struck: Vec<&str> = faults_before(ev, &["corrupt"], f.t_s).flat_map(|e| e["nodes"].as_array().into_iter().flatten()).filter_map(|n| n["name"].as_str().or(n.as_str())).collect();
-    let said = |d: &Value| text(d, "last_error").contains("snapshot corrupt");
+    let struck = snapshots_corrupted_before(ev, f.t_s);
+    let stream = text(f.details, "stream");
     let error = text(f.details, "last_error");
     !struck.is_empty()
-        && ev.failures.iter().any(|(p, _, d)| p.kind() == Kind::Eventually && said(d))
-        && (said(f.details) || struck.iter().any(|n| names_node(error, n)))
+        && ev.failures.iter().any(|(p, _, d)| p.kind() == Kind::Eventually && says_snapshot_corrupt(d, stream))
+        && (says_snapshot_corrupt(f.details, stream) || struck.iter().any(|n| names_node(error, n)))
+}
+
+/// The final verification's unknowns of the stream a failure of the run said has a
+/// corrupt snapshot, after such a corruption.
+fn corrupt_snapshot_unknown(d: &Value, ev: &Evidence) -> bool {
+    let stream = text(d, "stream");
+    text(d, "problem") == "final verification: the cluster never became healthy"
+        && ev.failures.iter().any(|(p, t, f)| p.kind() == Kind::Eventually && says_snapshot_corrupt(f, stream) && !snapshots_corrupted_before(ev, *t).is_empty())
 }
 
 /// Whether `text` names node `name` as a word (`n1` is not named by `n10` or `n1-2`).

@@ -170,6 +170,22 @@ fn corrupted_copy_kept_matches_its_real_case_only() {
         d["last_seq"] = json!(d["last_acked_seq"].as_u64().unwrap() - 1);
     }
     assert!(tail.known("stream-state-covers-acks").is_empty(), "a stream ending before the last ack is no interior hole");
+    let mut index_only = c.clone();
+    index_only.faults.retain(|f| f["kind"] != "corrupt" || f["event"] != "start" || !f["detail"]["touched"][0]["file"].as_str().unwrap().ends_with(".blk"));
+    assert!(index_only.known("replicas-agree").is_empty(), "only index and Raft files corrupted, no message block");
+    let mut other_stream = c.clone();
+    other_stream.faults.iter_mut().filter(|f| f["event"] == "start" && f["kind"] == "corrupt").for_each(|f| {
+        let file = f["detail"]["touched"][0]["file"].as_str().unwrap().replace("WORKLOAD_0000000000000004", "WORKLOAD_other");
+        f["detail"]["touched"][0]["file"] = json!(file);
+    });
+    assert!(other_stream.known("replicas-agree").is_empty(), "another stream's blocks corrupted");
+    let mut elsewhere = c.clone();
+    for d in elsewhere.failures("replicas-agree") {
+        d["leader"]["node"] = json!("n2");
+        d["replica"]["node"] = json!("n4");
+    }
+    assert!(elsewhere.known("replicas-agree").is_empty(), "the deletes on nodes no corruption touched");
+    assert!(elsewhere.known("acked-message-never-lost").is_empty(), "and no hole of a struck node for the loss to fit in");
 }
 
 #[test]
@@ -193,6 +209,22 @@ fn corrupt_snapshot_kept_out_matches_its_real_case_only() {
     let r = other_error.judged();
     assert_eq!(r["unexplained"], json!(["cluster-eventually-healthy"]), "unhealthy for another reason");
     assert_eq!(r["unknown_unexplained"].as_array().unwrap().len(), 5, "and its unknowns are not excused either: {}", r["unknown_unexplained"]);
+    let mut no_snapshot = c.clone();
+    no_snapshot.faults.retain(|f| f["kind"] != "corrupt" || f["event"] != "start" || !f["detail"]["touched"][0]["file"].as_str().unwrap().contains("/snapshots/"));
+    assert!(no_snapshot.known("cluster-eventually-healthy").is_empty(), "no Raft snapshot corrupted, only other files");
+    let mut other_stream = c.clone();
+    for d in other_stream.failures("cluster-eventually-healthy") {
+        d["stream"] = json!("WORKLOAD_other");
+    }
+    assert!(other_stream.known("cluster-eventually-healthy").is_empty(), "the error names another stream than the failure's");
+    let mut unknowns_elsewhere = c.clone();
+    for p in unknowns_elsewhere.report["properties"].as_array_mut().unwrap() {
+        for u in p["unknowns"].as_array_mut().into_iter().flatten() {
+            u["stream"] = json!("WORKLOAD_other");
+        }
+    }
+    let r = unknowns_elsewhere.judged();
+    assert_eq!(r["unknown_unexplained"].as_array().unwrap().len(), 5, "another stream's unknowns: {}", r["unknown_unexplained"]);
 }
 
 #[test]
