@@ -10,6 +10,14 @@
 //! stands at or past it, it was never delivered, and the stream still holds it. After
 //! publishing stops the consumer is drained (at most 60 s) and each skipped message is
 //! checked once more: was it delivered in the end?
+//!
+//! A skip counts once two consecutive CONSUMER.INFO answers from the same consumer leader
+//! both put the floor at or past it while it was still not delivered (each answer's
+//! delivered sequences, `num_ack_pending`, `num_redelivered` and leader are kept). With
+//! `--disrupt`, the first such skip is followed by a step-down of the consumer's leader
+//! (where it has peers) and a restart of the server that led it, at once, before the ack
+//! wait could redeliver it; the drain then lasts at least three ack waits after the
+//! restart: is the message ever delivered?
 
 use clap::Parser;
 use findings::{api, stream_config, Cluster};
@@ -29,7 +37,12 @@ struct Args {
     /// Seconds of publishing and rescaling per trial.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
+    /// On the first confirmed skip, step the consumer's leader down and restart its server.
+    #[arg(long)]
+    disrupt: bool,
 }
+
+const ACK_WAIT: Duration = Duration::from_secs(5);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -79,7 +92,7 @@ impl Firsts {
 }
 
 async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> {
-    let cluster = Cluster::start(&args.trials.server, 3, dir, false).await?;
+    let mut cluster = Cluster::start(&args.trials.server, 3, dir, false).await?;
     let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
     let mut config = stream_config("S", "s", 3);
     findings::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
@@ -97,6 +110,8 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let mut changes: Vec<(f64, u64)> = Vec::new();
     let mut skipped: Vec<Value> = Vec::new();
     let mut replicas = 3;
+    let mut disruption: Option<Value> = None;
+    let mut restarted_at: Option<Instant> = None;
     let mut next_scale = Instant::now() + Duration::from_secs(2);
     let end = started + Duration::from_secs(args.seconds);
     while Instant::now() < end {
@@ -116,6 +131,13 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
             next_scale = Instant::now() + Duration::from_millis(rand::thread_rng().gen_range(2000..=4000));
         }
         look_for_skips(&client, &delivered, started, &mut skipped).await;
+        if args.disrupt && disruption.is_none() {
+            if let Some(first) = skipped.first() {
+                let d = disrupt(&client, &mut cluster, first, started).await;
+                restarted_at = Some(Instant::now());
+                disruption = Some(d);
+            }
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     stop.store(true, Relaxed);
@@ -126,7 +148,9 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     while drained.elapsed() < Duration::from_secs(60) {
         look_for_skips(&client, &delivered, started, &mut skipped).await;
         if let Ok(info) = api(&client, "CONSUMER.INFO.S.D", &Value::Null).await {
-            let idle = info["num_pending"] == 0 && info["num_ack_pending"] == 0;
+            // After a disruption, three ack waits at least: a redelivery has its chance.
+            let waited = restarted_at.is_none_or(|at| at.elapsed() >= 3 * ACK_WAIT);
+            let idle = info["num_pending"] == 0 && info["num_ack_pending"] == 0 && waited;
             last_info = info;
             if idle {
                 break;
@@ -158,6 +182,8 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
         "published": published,
         "replica_changes": changes.len(),
         "skipped": skipped,
+        "disruption": disruption,
+        "first_skip_never_delivered": disruption.as_ref().and(skipped.first()).map(|s| s["delivered_in_the_end"] == false),
         "first_never_delivered_at_end": never,
         "consumer_at_end": { "ack_floor": last_info["ack_floor"], "delivered": last_info["delivered"],
                              "num_pending": last_info["num_pending"], "num_ack_pending": last_info["num_ack_pending"], "cluster": last_info["cluster"] },
@@ -236,21 +262,57 @@ fn stream_seq(reply: &str) -> Option<u64> {
     tokens.get(at + 3)?.parse().ok()
 }
 
+/// What one CONSUMER.INFO answer says about the floor and what is outstanding.
+fn answer(info: &Value, t_s: f64) -> Value {
+    json!({ "t_s": t_s, "leader": info["cluster"]["leader"], "ack_floor": info["ack_floor"]["stream_seq"],
+            "delivered": info["delivered"], "num_ack_pending": info["num_ack_pending"], "num_redelivered": info["num_redelivered"],
+            "num_pending": info["num_pending"] })
+}
+
 /// Reads the consumer's ack floor; a never-delivered message at or below it that the stream
-/// still holds is recorded (once).
+/// still holds, and that a second answer from the same leader still finds passed and not
+/// delivered, is recorded (once) with both answers.
 async fn look_for_skips(client: &async_nats::Client, delivered: &Mutex<Firsts>, started: Instant, skipped: &mut Vec<Value>) {
     let Ok(info) = api(client, "CONSUMER.INFO.S.D", &Value::Null).await else { return };
+    let first_at = started.elapsed().as_secs_f64();
     let floor = info["ack_floor"]["stream_seq"].as_u64().unwrap_or(0);
     let missing = delivered.lock().unwrap().first_missing(floor);
     let Some(seq) = missing else { return };
     if skipped.iter().any(|s| s["seq"] == seq) {
         return;
     }
+    let Ok(again) = api(client, "CONSUMER.INFO.S.D", &Value::Null).await else { return };
+    let again_at = started.elapsed().as_secs_f64();
+    let confirmed = again["cluster"]["leader"] == info["cluster"]["leader"]
+        && again["ack_floor"]["stream_seq"].as_u64().is_some_and(|f| f >= seq)
+        && !delivered.lock().unwrap().has(seq);
+    if !confirmed {
+        return;
+    }
     let stored = api(client, "STREAM.MSG.GET.S", &json!({ "seq": seq })).await;
     if let Ok(m) = stored {
         if m["message"]["subject"] == "s" {
             skipped.push(json!({ "seq": seq, "ack_floor": floor, "t_s": started.elapsed().as_secs_f64(),
-                                 "consumer_cluster": info["cluster"], "stream_holds_it": true }));
+                                 "answers": [answer(&info, first_at), answer(&again, again_at)],
+                                 "consumer_cluster": again["cluster"], "stream_holds_it": true }));
         }
     }
+}
+
+/// Steps the consumer's leader down (when it has peers) and restarts the server that led
+/// it, right after the skip was confirmed; what was done, and when.
+async fn disrupt(client: &async_nats::Client, cluster: &mut Cluster, skip: &Value, started: Instant) -> Value {
+    let leader = skip["consumer_cluster"]["leader"].as_str().unwrap_or_default().to_string();
+    let peers = skip["consumer_cluster"]["replicas"].as_array().map_or(0, Vec::len);
+    let stepdown = if peers > 0 { Some(api(client, "CONSUMER.LEADER.STEPDOWN.S.D", &Value::Null).await.map(|_| ()).map_err(|e| e.to_string())) } else { None };
+    let stepped_down_s = started.elapsed().as_secs_f64();
+    let restart = match cluster.nodes.iter().position(|n| n.name == leader) {
+        Some(i) => cluster.restart(i).map_err(|e| e.to_string()),
+        None => Err(format!("no node named {leader:?}")),
+    };
+    let restarted_s = started.elapsed().as_secs_f64();
+    let healthy = cluster.wait_healthy(Duration::from_secs(30)).await.map_err(|e| e.to_string());
+    json!({ "seq": skip["seq"], "consumer_leader": leader, "consumer_peers": peers + 1, "stepdown": stepdown.map(|r| r.err().unwrap_or_else(|| "ok".into())),
+            "stepped_down_s": stepped_down_s, "restarted": restart.err().unwrap_or_else(|| "ok".into()), "restarted_s": restarted_s,
+            "healthy_again_s": healthy.is_ok().then(|| started.elapsed().as_secs_f64()) })
 }
