@@ -125,7 +125,7 @@ pub const ISSUES: &[KnownIssue] = &[
         id: "durable-ack-floor-skip",
         title: "a durable consumer's ack floor passes a stored message it never delivered, after the consumer goes to one replica",
         status: Status::Reproduced,
-        versions: &["2.14.6", "2.15.1"],
+        versions: &["2.12.1", "2.14.6", "2.15.1"],
         properties: &[Property::DurableNothingSkipped],
         trigger: "the same stream, or its consumer, was scaled from another count to one replica within 1 s of the bracket of the passed message's publication, and the stream still holds it",
         write_up: "findings/durable-ack-floor-skip/README.md",
