@@ -464,6 +464,8 @@ pub struct FloorJudge {
     /// When looks last found the consumer on a single server, and which.
     single_seen: Option<Duration>,
     single_on: Option<String>,
+    /// Each server the consumer was found single on, from when (the last few changes).
+    single_history: std::collections::VecDeque<(Duration, String)>,
     /// When the highest sequence delivered got where, recently and finely: an ack cannot be
     /// confirmed before its message was delivered, and fresh deliveries come in stream
     /// order, so this bounds from below when an undone ack was confirmed.
@@ -487,6 +489,7 @@ impl FloorJudge {
             gone: confirm(),
             single_seen: None,
             single_on: None,
+            single_history: Default::default(),
             delivered: RecentClock::default(),
             single_looks: 0,
             last_look: Value::Null,
@@ -503,6 +506,12 @@ impl FloorJudge {
         if one == OneServer::Configured || self.single_looks >= 2 {
             self.single_seen = Some(now);
             if let Some(l) = leader.filter(|l| !l.is_empty()) {
+                if self.single_history.back().is_none_or(|(_, s)| s != l) {
+                    self.single_history.push_back((now, l.to_string()));
+                    if self.single_history.len() > 16 {
+                        self.single_history.pop_front();
+                    }
+                }
                 self.single_on = Some(l.to_string());
             }
         }
@@ -525,15 +534,27 @@ impl FloorJudge {
         let server = self.single_on.clone()?;
         // The first ack undone: above the floor the server reports, or the one delivered again.
         let first = v.details["ack_floor"].as_u64().map(|f| f + 1).or_else(|| v.details["seq"].as_u64()).unwrap_or(1);
-        Some(CrashQuestion { server, delivered_after: self.delivered.last_below(first).unwrap_or_default() })
+        let delivered_after = self.delivered.last_below(first).unwrap_or_default();
+        // Every server that held it alone since then: the one it was on at that time, and
+        // any it was found on later (a removal or a crash of any of them loses the acks).
+        let since = self.single_history.iter().rposition(|(t, _)| *t <= delivered_after).unwrap_or(0);
+        let mut servers: Vec<String> = self.single_history.iter().skip(since).map(|(_, s)| s.clone()).collect();
+        if !servers.contains(&server) {
+            servers.push(server.clone());
+        }
+        Some(CrashQuestion { server, servers, delivered_after })
     }
 }
 
-/// Did `server` crash after `delivered_after` (run time: the undone message was delivered,
-/// and so its ack confirmed, after that)?
+/// Did a server that held the consumer alone crash, or was it removed from the consumer's
+/// peers, after `delivered_after` (run time: the undone message was delivered, and so its
+/// ack confirmed, after that)?
 #[derive(Clone, Debug, PartialEq)]
 pub struct CrashQuestion {
+    /// The server it was last found single on.
     pub server: String,
+    /// Every server it was found single on since `delivered_after` (the latest last).
+    pub servers: Vec<String>,
     pub delivered_after: Duration,
 }
 
@@ -643,14 +664,29 @@ mod judge_tests {
         j.saw(OneServer::Listed, Some("n2"), s(10));
         assert_eq!(j.crash_question(&undone, s(10), s(60)), None, "one followerless answer is not yet a spell");
         j.saw(OneServer::Listed, Some("n2"), s(12));
-        assert_eq!(j.crash_question(&undone, s(30), s(60)), Some(CrashQuestion { server: "n2".into(), delivered_after: s(8) }), "101 was delivered after 8 s (90 then)");
+        assert_eq!(j.crash_question(&undone, s(30), s(60)), Some(CrashQuestion { server: "n2".into(), servers: vec!["n2".into()], delivered_after: s(8) }), "101 was delivered after 8 s (90 then)");
         assert_eq!(j.crash_question(&skipped, s(30), s(60)), None, "a skip is never excused");
         j.saw(OneServer::No, Some("n1"), s(14));
         assert!(j.crash_question(&undone, s(72), s(60)).is_some() && j.crash_question(&undone, s(73), s(60)).is_none(), "the spell ages out after `recent`");
         let mut c = FloorJudge::new(s(4));
         c.saw(OneServer::Configured, Some("n3"), s(5));
         let redelivered = Violation::new(Property::DurableAckNeverUndone, json!({ "seq": 7 }));
-        assert_eq!(c.crash_question(&redelivered, s(6), s(60)), Some(CrashQuestion { server: "n3".into(), delivered_after: s(0) }), "configured R1 counts at once; no sample below it: any crash since the start");
+        assert_eq!(c.crash_question(&redelivered, s(6), s(60)), Some(CrashQuestion { server: "n3".into(), servers: vec!["n3".into()], delivered_after: s(0) }), "configured R1 counts at once; no sample below it: any crash since the start");
+    }
+
+    #[test]
+    fn every_server_that_held_the_consumer_alone_since_the_delivery_is_asked_about() {
+        let s = Duration::from_secs;
+        let mut j = FloorJudge::new(s(4));
+        j.saw(OneServer::Configured, Some("n1"), s(12));
+        j.saw(OneServer::Configured, Some("n3"), s(20));
+        j.delivered.sample(s(8), 90);
+        j.delivered.sample(s(25), 150);
+        let early = Violation::new(Property::DurableAckNeverUndone, json!({ "ack_floor": 100 }));
+        let q = j.crash_question(&early, s(30), s(60)).unwrap();
+        assert_eq!((q.server.as_str(), q.servers.clone(), q.delivered_after), ("n3", vec!["n1".to_string(), "n3".to_string()], s(8)), "moved from n1 to n3 since 101 was delivered");
+        let late = Violation::new(Property::DurableAckNeverUndone, json!({ "ack_floor": 150 }));
+        assert_eq!(j.crash_question(&late, s(30), s(60)).unwrap().servers, vec!["n3".to_string()], "151 was delivered after 25 s, on n3 alone");
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub struct OpTally {
     last_request: Mutex<BTreeMap<String, Instant>>,
     /// The latest requests (numbered from 0, the last [`REQUESTS_KEPT`]), for the outage meter.
     requests: Mutex<(u64, std::collections::VecDeque<(u64, String, OpKind, Instant)>)>,
+    /// The latest peer removals (stream, consumer, or a server's evacuation): stream,
+    /// operation, the server named, when. The durable judge reads them: removing the only
+    /// server of a single-replica consumer drops its state on purpose.
+    removals: Mutex<std::collections::VecDeque<(String, OpKind, String, Instant)>>,
 }
 
 /// Requests kept for readers that look now and then (the outage meter, four times a second).
@@ -60,6 +64,13 @@ impl OpTally {
             if let Ok(mut m) = self.last_request.lock() {
                 m.insert(stream.to_string(), Instant::now());
             }
+            let removes = matches!(op, OpKind::PeerRemove | OpKind::ConsumerPeerRemove);
+            if let (true, Some(peer), Ok(mut r)) = (removes, detail["peer"].as_str(), self.removals.lock()) {
+                r.push_back((stream.to_string(), op, peer.to_string(), Instant::now()));
+                if r.len() > REQUESTS_KEPT {
+                    r.pop_front();
+                }
+            }
             if let Ok(mut r) = self.requests.lock() {
                 let n = r.0;
                 r.0 += 1;
@@ -71,6 +82,13 @@ impl OpTally {
         }
         let Some((path, origin)) = self.log.get() else { return };
         crate::logs::append_json_line(path, &json!({ "t_s": origin.elapsed().as_secs_f64(), "event": event, "op": op.id(), "stream": stream, "detail": detail }));
+    }
+
+    /// A peer removal (the stream's or its consumer's) of `server` on `stream` requested at
+    /// or after `since`: which, and when.
+    pub fn removed_since(&self, stream: &str, server: &str, since: Instant) -> Option<(OpKind, Instant)> {
+        let r = self.removals.lock().ok()?;
+        r.iter().find(|(s, _, peer, t)| s == stream && peer == server && *t >= since).map(|(_, op, _, t)| (*op, *t))
     }
 
     /// When an operation was last requested on `stream`.

@@ -331,25 +331,43 @@ enum Look {
     Unanswered,
 }
 
-/// Reports an undone ack, unless a crash explains it ([`FloorJudge::crash_question`]: the
-/// consumer had a single replica within the last liveness window, and that server's process
-/// stopped after the undone message was delivered): those are counted, not failed, and true
-/// is returned. An undo on a single server that did not crash fails, saying so.
+/// Reports an undone ack, unless its cause is in the run's own logs
+/// ([`FloorJudge::crash_question`]: the consumer had a single replica within the last
+/// liveness window, and a server that held it alone since the undone message was delivered
+/// crashed, or was removed from the stream's or the consumer's peers by a PEER.REMOVE the
+/// operator sent: "data is never lost unless explicitly performed by the user through a
+/// stream/consumer delete or peer-removal", 2.15): those are counted, not failed, and true
+/// is returned. An undo on a single server with neither fails, saying so.
 async fn report_undone(judge: &mut FloorJudge, ctx: &Ctx, v: &Violation) -> bool {
     let mut v = v.clone();
     if let Some(q) = judge.crash_question(&v, ctx.live.now(), ctx.cfg.liveness.recent()) {
-        match crashed_since(ctx, &q.server, q.delivered_after).await {
+        let mut cause = None;
+        let since = ctx.live.origin + q.delivered_after;
+        for server in &q.servers {
+            cause = match crashed_since(ctx, server, q.delivered_after).await {
+                Some(crash) => Some(json!({ "server": server, "crash": crash })),
+                None => ctx.ops.removed_since(&ctx.stream, server, since).map(|(op, at)| {
+                    json!({ "server": server, "removed_by": op.id(), "t_s": at.duration_since(ctx.live.origin).as_secs_f64() })
+                }),
+            };
+            if cause.is_some() {
+                break;
+            }
+        }
+        match cause {
             Some(crash) => {
                 let n = ctx.stats.durable_unreplicated_undone.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 if n < 3 {
-                    tracing::warn!(details = %v.details, %crash, "acks confirmed by an unreplicated durable consumer were undone by a crash of its server (not a violation: see docs/durable-consumer.md)");
+                    tracing::warn!(details = %v.details, %crash, "acks confirmed by an unreplicated durable consumer were undone by a crash or a peer removal of its server (not a violation: see docs/durable-consumer.md)");
                 }
                 return true;
             }
             None => {
                 v.details["single_replica_on"] = json!(q.server);
+                v.details["single_replica_on_since_delivery"] = json!(q.servers);
                 v.details["delivered_after_s"] = json!(q.delivered_after.as_secs_f64());
                 v.details["crash_seen"] = json!(false);
+                v.details["peer_removed"] = json!(false);
             }
         }
     }
