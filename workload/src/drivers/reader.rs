@@ -81,16 +81,20 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 _ = ctx.cancel.cancelled() => return Ok(verifier.next_seq()),
                 _ = tick.tick() => {
                     let goal = match until { Until::Cancelled => Stats::get(&ctx.stats.last_acked_seq), Until::Seq(last) => last };
-                    if stuck.stuck(ctx.live.now(), verifier.consumed(), goal, ctx.cfg.liveness.outage_bound / 2) {
+                    if stuck.stuck(ctx.live.now(), verifier.consumed(), goal, ctx.cfg.liveness.outage_bound / 4) {
                         // A consumer that delivers nothing while the stream holds more: the
-                        // client would wait two missed heartbeats (30 s) to replace it.
+                        // client would wait two missed heartbeats (30 s) to replace it. A
+                        // quarter of the bound: the outage judged is the server's, and a CI
+                        // run had two replacements in a row (the first stalled after a
+                        // server evacuation, the second was placed on a peer a move was
+                        // filling) add up to 12 s at half the bound.
                         let name = if consumer_name.is_empty() { &own_name } else { &consumer_name };
                         let info = jsapi::request(&client, &format!("CONSUMER.INFO.{}.{name}", ctx.stream), &serde_json::Value::Null, ctx.api_timeout()).await;
                         let state = match &info {
                             Ok(i) => json!({ "exists": true, "num_pending": i["num_pending"], "delivered": i["delivered"], "leader": i["cluster"]["leader"] }),
                             Err(e) => json!({ "error": e.to_string() }),
                         };
-                        tracing::info!(consumer = %name, %state, consumed = verifier.consumed(), goal, "the ordered consumer delivered nothing for half the outage bound while behind: made anew");
+                        tracing::info!(consumer = %name, %state, consumed = verifier.consumed(), goal, "the ordered consumer delivered nothing for a quarter of the outage bound while behind: made anew");
                         Stats::add(&ctx.stats.consumer_stuck_recreates, 1);
                         abandon(ctx, &client, name);
                         recreated(ctx, "delivered nothing while behind");
