@@ -215,14 +215,19 @@ impl OutageMeter {
     }
 }
 
+/// Seconds after a fault's end within which an outage that begins is still the fault's:
+/// healing starts elections of its own (a CI run with Docker faults had the durable consumer
+/// stop 0.9 s after a node's isolation ended, for 12 s).
+pub const RECOVERY_GRACE_S: f64 = 2.0;
+
 /// The part of `span` from its start until a fault is in force, as (from, to) seconds:
 /// `faults` holds the stretches with faults in force (from, to; none: to the end). An
-/// outage that begins while a fault is in force is the fault's, even where it outlasts it
-/// (recovery takes what it takes); one that begins with no fault in force is the
-/// operation's until a fault comes (empty when one is in force at its start).
+/// outage that begins while a fault is in force, or within [`RECOVERY_GRACE_S`] of its
+/// end, is the fault's, even where it outlasts it (recovery takes what it takes); one that
+/// begins otherwise is the operation's until a fault comes (empty when it is the fault's).
 pub fn fault_free_start(span: &Span, faults: &[(f64, Option<f64>)]) -> (f64, f64) {
     let from = span.from_s;
-    if faults.iter().any(|(start, end)| *start <= from && end.is_none_or(|e| e >= from)) {
+    if faults.iter().any(|(start, end)| *start <= from && end.is_none_or(|e| e + RECOVERY_GRACE_S >= from)) {
         return (from, from);
     }
     let next = faults.iter().map(|(start, _)| *start).filter(|s| *s > from).fold(f64::INFINITY, f64::min);
@@ -309,8 +314,9 @@ mod tests {
         let s = Span { from_s: 10.0, to_s: 40.0, ongoing: false };
         assert_eq!(fault_free_start(&s, &[]), (10.0, 40.0));
         assert_eq!(fault_free_start(&s, &[(5.0, Some(12.0))]), (10.0, 10.0), "begun in a fault: the fault's, even past its end");
-        assert_eq!(fault_free_start(&s, &[(1.0, Some(9.0)), (20.0, Some(35.0))]), (10.0, 20.0), "the operation's until a fault comes");
+        assert_eq!(fault_free_start(&s, &[(1.0, Some(7.0)), (20.0, Some(35.0))]), (10.0, 20.0), "the operation's until a fault comes");
+        assert_eq!(fault_free_start(&s, &[(1.0, Some(8.5))]), (10.0, 10.0), "begun 1.5 s after a fault ended: its recovery");
         assert_eq!(fault_free_start(&s, &[(15.0, None)]), (10.0, 15.0));
-        assert_eq!(fault_free_start(&s, &[(1.0, Some(9.0)), (41.0, Some(50.0))]), (10.0, 40.0), "faults outside it");
+        assert_eq!(fault_free_start(&s, &[(1.0, Some(7.0)), (41.0, Some(50.0))]), (10.0, 40.0), "faults outside it");
     }
 }
