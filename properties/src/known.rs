@@ -258,12 +258,17 @@ fn peer_remove_leader_election(f: &Failure, ev: &Evidence) -> bool {
         })
 }
 
-/// Nodes whose copy of `stream` had a message block (`streams/<stream>/msgs/*.blk`)
-/// corrupted before `t`: the only damage this issue is about.
+/// Whether a corruption's touched file is a message block of `stream` (`streams/<stream>/msgs/*.blk`).
+fn is_block_of(touched: &Value, stream: &str) -> bool {
+    let file = text(touched, "file");
+    file.contains(&format!("/streams/{stream}/msgs/")) && file.ends_with(".blk")
+}
+
+/// Nodes whose copy of `stream` had a message block corrupted before `t`: the only damage
+/// this issue is about.
 fn blocks_corrupted_before<'a>(ev: &'a Evidence, stream: &'a str, t: f64) -> impl Iterator<Item = &'a str> {
-    let block = format!("/streams/{stream}/msgs/");
     faults_before(ev, &["corrupt"], t)
-        .filter(move |e| e["detail"]["touched"].as_array().into_iter().flatten().any(|f| text(f, "file").contains(&block) && text(f, "file").ends_with(".blk")))
+        .filter(move |e| e["detail"]["touched"].as_array().into_iter().flatten().any(|f| is_block_of(f, stream)))
         .flat_map(|e| e["nodes"].as_array().into_iter().flatten())
         .filter_map(|n| n["name"].as_str().or(n.as_str()))
 }
@@ -275,7 +280,6 @@ fn blocks_corrupted_before<'a>(ev: &'a Evidence, stream: &'a str, t: f64) -> imp
 /// 8,388,444 to 4,421,149 bytes, about 11,100 messages of 356 bytes; the read found
 /// 12,517-23,692, 11,176, missing).
 fn truncated_messages(ev: &Evidence, stream: &str, t: f64) -> u64 {
-    let block = format!("/streams/{stream}/msgs/");
     let mean = ev
         .failures
         .iter()
@@ -284,7 +288,7 @@ fn truncated_messages(ev: &Evidence, stream: &str, t: f64) -> u64 {
     let Some(mean) = mean.filter(|m| *m > 0.0) else { return 0 };
     faults_before(ev, &["corrupt"], t)
         .flat_map(|e| e["detail"]["touched"].as_array().into_iter().flatten())
-        .filter(|f| text(f, "op") == "truncate" && text(f, "file").contains(&block) && text(f, "file").ends_with(".blk"))
+        .filter(|f| text(f, "op") == "truncate" && is_block_of(f, stream))
         .filter_map(|f| Some(f["size_before"].as_f64()? - f["size_after"].as_f64()?))
         .map(|cut| (cut / mean * 1.1).ceil() as u64)
         .max()
