@@ -105,20 +105,25 @@ async fn run_trial(args: &Args, dir: &Path) -> anyhow::Result<Value> {
     cluster.kill(victim);
     let size = if args.control { std::fs::metadata(&snapshot)?.len() } else { flip(&snapshot)? };
     cluster.restart(victim)?;
+    let restarted = std::time::Instant::now();
     let came_back = cluster.wait_healthy(Duration::from_secs(args.settle)).await;
+    let healthy_after = came_back.is_ok().then(|| (restarted.elapsed().as_secs_f64() * 10.0).round() / 10.0);
     let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
     let health = match http.get(format!("http://127.0.0.1:{}/healthz", cluster.nodes[victim].http)).send().await {
         Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
         Err(e) => e.to_string(),
     };
-    let lines = cluster.log_lines(&["snapshot corrupt", "stream assignment error"]);
+    // What each release says of the damaged snapshot (2.14+: "Snapshot corrupt, checksums
+    // did not match" and "raft: snapshot corrupt"; 2.12.1 the first, then it recovers).
+    // Capitalised: the trial's own directory name holds "snapshot".
+    let lines = cluster.log_lines(&["Snapshot ", "snapshot corrupt", "stream assignment error", "catchup entry"]);
     let kept_out = came_back.is_err() && health.contains("snapshot corrupt");
     if kept_out {
         std::fs::write(dir.join("server-lines.txt"), lines.join("\n"))?;
     }
     Ok(json!({
         "published": published, "damaged": name, "snapshot": snapshot.strip_prefix(dir).unwrap_or(&snapshot), "snapshot_bytes": size,
-        "healthy_within_s": came_back.is_ok().then_some(args.settle), "health_at_end": health, "kept_out": kept_out,
-        "server_lines": lines.iter().take(5).collect::<Vec<_>>(), "dir": dir,
+        "healthy_after_s": healthy_after, "health_at_end": health, "kept_out": kept_out,
+        "server_lines": lines.iter().take(8).collect::<Vec<_>>(), "dir": dir,
     }))
 }
