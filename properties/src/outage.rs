@@ -193,9 +193,9 @@ impl OutageMeter {
                 break;
             }
             // Closing: what of its own is still under way is measured to now.
-            for i in 0..ACTIVITIES.len() {
+            for (i, activity) in ACTIVITIES.into_iter().enumerate() {
                 if let Some(s) = self.tracks[i].ongoing(p.t).filter(|s| self.owner(Duration::from_secs_f64(s.from_s)) == Some(0)) {
-                    self.attribute(ACTIVITIES[i], s);
+                    self.attribute(activity, s);
                 }
             }
             closed.push(self.watches.remove(0).out);
@@ -206,9 +206,9 @@ impl OutageMeter {
     /// Closes every operation's record at `t` (the run ends): outages under way are
     /// measured to `t`.
     pub fn close_all(&mut self, t: Duration) -> Vec<OpOutages> {
-        for i in 0..ACTIVITIES.len() {
+        for (i, activity) in ACTIVITIES.into_iter().enumerate() {
             if let Some(s) = self.tracks[i].ongoing(t) {
-                self.attribute(ACTIVITIES[i], s);
+                self.attribute(activity, s);
             }
         }
         std::mem::take(&mut self.watches).into_iter().map(|w| w.out).collect()

@@ -265,6 +265,33 @@ fn dedup_id_stuck_matches_its_real_case_only() {
     assert!(timeout.known("publish-eventually-acked").is_empty(), "another error");
 }
 
+/// The second trigger: the server answered nothing but 10158 through the window's quiet
+/// part, with no scale near (the real case's failure with its scale taken away, as the
+/// Antithesis topology's CI test met it after a node kill; the workload now records how
+/// long the last error was the only answer).
+#[test]
+fn dedup_id_stuck_matches_an_id_in_process_through_the_quiet_part() {
+    let mut c = case("dedup-id-stuck-in-process");
+    c.operations.retain(|o| o["detail"]["to"] != 1);
+    let alone = |c: &Case, alone: f64, quiet: f64| {
+        let mut c = c.clone();
+        c.failures("publish-eventually-acked").for_each(|d| {
+            d["last_error_alone_s"] = json!(alone);
+            d["quiet_s"] = json!(quiet);
+        });
+        c
+    };
+    assert_eq!(alone(&c, 119.0, 30.0).known("publish-eventually-acked"), ids(&["dedup-id-stuck-in-process"]));
+    assert!(alone(&c, 25.0, 30.0).known("publish-eventually-acked").is_empty(), "10158 alone for less than the quiet part");
+    assert!(alone(&c, 8.0, 5.0).known("publish-eventually-acked").is_empty(), "alone for under 10 s");
+    let mut no_quiet = alone(&c, 119.0, 30.0);
+    no_quiet.failures("publish-eventually-acked").for_each(|d| d["quiet_s"] = Value::Null);
+    assert!(no_quiet.known("publish-eventually-acked").is_empty(), "a window that says nothing of its quiet part");
+    let mut timeout = alone(&c, 119.0, 30.0);
+    timeout.failures("publish-eventually-acked").for_each(|d| d["last_error"] = json!("timed out: didn't receive ack in time"));
+    assert!(timeout.known("publish-eventually-acked").is_empty(), "ack timeouts alone are not the server's word");
+}
+
 #[test]
 fn dedup_id_stuck_explains_the_write_outage_of_its_scale_only() {
     let c = case("dedup-id-stuck-in-process-outage");

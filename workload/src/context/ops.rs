@@ -28,6 +28,9 @@ pub struct OpCounts {
     pub superseded: u64,
 }
 
+/// A request as the outage meter sees it: its number, stream, kind and when.
+type Request = (u64, String, OpKind, Instant);
+
 /// Every operation's counts, and those never sent with why.
 #[derive(Default)]
 pub struct OpTally {
@@ -39,7 +42,7 @@ pub struct OpTally {
     /// When an operation was last requested on each stream.
     last_request: Mutex<BTreeMap<String, Instant>>,
     /// The latest requests (numbered from 0, the last [`REQUESTS_KEPT`]), for the outage meter.
-    requests: Mutex<(u64, std::collections::VecDeque<(u64, String, OpKind, Instant)>)>,
+    requests: Mutex<(u64, std::collections::VecDeque<Request>)>,
     /// The latest peer removals (stream, consumer, or a server's evacuation): stream,
     /// operation, the server named, when. The durable judge reads them: removing the only
     /// server of a single-replica consumer drops its state on purpose.

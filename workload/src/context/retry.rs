@@ -73,6 +73,9 @@ pub struct OpenWindow<'a> {
     /// A try failed (or, for a question, it was asked) and no verdict was given yet: left
     /// like that, the window is recorded as left open.
     undecided: bool,
+    /// The last error and since when every try met it (a server repeating one answer for
+    /// the whole quiet part of a window is evidence of its own state, see the known issues).
+    same_error: Option<(String, Duration)>,
 }
 
 /// What a failure inside a window means, before any waiting.
@@ -132,7 +135,7 @@ impl Liveness {
     }
 
     fn open_for(&self, op: &'static str, property: Option<Property>) -> OpenWindow<'_> {
-        OpenWindow { live: self, window: Window::open(self.cfg, self.now()), op, property, reports: true, undecided: false }
+        OpenWindow { live: self, window: Window::open(self.cfg, self.now()), op, property, reports: true, undecided: false, same_error: None }
     }
 
     /// Runs `f` until it succeeds; the success holds `property`. Every window that runs out
@@ -238,7 +241,11 @@ impl OpenWindow<'_> {
     /// asked to pause. Expiry is not reported here (the caller has the details).
     pub fn step(&mut self, error: &str) -> Step {
         self.undecided = true;
-        match self.window.failed(self.live.now()) {
+        let now = self.live.now();
+        if self.same_error.as_ref().is_none_or(|(e, _)| e != error) {
+            self.same_error = Some((error.to_string(), now));
+        }
+        match self.window.failed(now) {
             Next::Retry(pause) => Step::Retry(pause),
             Next::RequestQuiet { quiet, retry_after } => {
                 self.live.quiet.request(Why::WindowQuietPoint, quiet, &format!("{} failing for most of a liveness window: {error}", self.op));
@@ -256,8 +263,10 @@ impl OpenWindow<'_> {
             Step::Retry(p) | Step::QuietStarted(p) => p,
             Step::Expired(elapsed) => {
                 if let Some(p) = self.property.filter(|_| self.reports) {
+                    let alone_for = self.same_error.as_ref().map_or(Duration::ZERO, |(_, since)| self.live.now().saturating_sub(*since));
                     window_verdict!(p, false, &json!({
-                        "op": self.op, "elapsed_s": elapsed.as_secs_f64(), "failures": self.window.failures(), "last_error": error }));
+                        "op": self.op, "elapsed_s": elapsed.as_secs_f64(), "failures": self.window.failures(), "last_error": error,
+                        "last_error_alone_s": alone_for.as_secs_f64(), "quiet_s": self.live.cfg.quiet.as_secs_f64() }));
                 }
                 self.undecided = false;
                 return false;

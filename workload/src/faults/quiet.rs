@@ -114,6 +114,21 @@ impl QuietRequests {
     }
 }
 
+pub(crate) fn quiet_until(quiet: &watch::Receiver<Option<Instant>>) -> Option<Instant> {
+    (*quiet.borrow()).filter(|q| *q > Instant::now())
+}
+
+/// Resolves once a quiet period is requested (at once if one is in force); never without
+/// a receiver.
+pub async fn quiet_asked(quiet: Option<watch::Receiver<Option<Instant>>>) {
+    let Some(mut quiet) = quiet else { return std::future::pending().await };
+    while quiet_until(&quiet).is_none() {
+        if quiet.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,20 +144,5 @@ mod tests {
         assert_eq!((s["granted"].as_u64(), s["refused"].as_u64()), (Some(3), Some(1)));
         assert!(s["quiet_s"].as_f64().unwrap() < 0.1, "overlapping periods count once, and only up to now: {s}");
         assert!(s["faults_allowed_fraction"].as_f64().unwrap() > 0.98);
-    }
-}
-
-pub(crate) fn quiet_until(quiet: &watch::Receiver<Option<Instant>>) -> Option<Instant> {
-    (*quiet.borrow()).filter(|q| *q > Instant::now())
-}
-
-/// Resolves once a quiet period is requested (at once if one is in force); never without
-/// a receiver.
-pub async fn quiet_asked(quiet: Option<watch::Receiver<Option<Instant>>>) {
-    let Some(mut quiet) = quiet else { return std::future::pending().await };
-    while quiet_until(&quiet).is_none() {
-        if quiet.changed().await.is_err() {
-            return std::future::pending().await;
-        }
     }
 }
