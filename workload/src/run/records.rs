@@ -53,13 +53,20 @@ impl StateDir {
         self.0.join("streams")
     }
 
-    /// Replaces the record of `r.run_id` at once (a reader never sees half of one).
+    /// Replaces the record of `r.run_id` at once (a reader never sees half of one). Each
+    /// write has a temporary file of its own (process and write number): two commands
+    /// writing one record at once (both retiring it) would otherwise share one, and one could
+    /// rename the other's half-written file into place.
     pub fn write(&self, r: &Record) -> anyhow::Result<()> {
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let dir = self.streams();
         std::fs::create_dir_all(&dir)?;
-        let tmp = dir.join(format!(".{}.tmp", r.run_id));
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{}.{}-{n}.tmp", r.run_id, std::process::id()));
         std::fs::write(&tmp, serde_json::to_vec_pretty(r)?)?;
-        std::fs::rename(&tmp, dir.join(format!("{}.json", r.run_id)))?;
+        std::fs::rename(&tmp, dir.join(format!("{}.json", r.run_id))).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })?;
         Ok(())
     }
 
@@ -226,6 +233,48 @@ mod tests {
         left.sort();
         assert_eq!(left, ["anytime-2000-8", "entrypoint-900-1", "eventually-3000-3", "notes", "operator-1500-9"]);
         assert_eq!(prune_oldest(&dir.path().join("absent"), 2), 0);
+    }
+
+    /// Two commands retiring one record at once (issue 39: they shared one temporary file,
+    /// so one could rename the other's half-written file into place and a reader failed
+    /// `driver-record-unreadable`): a reader beside them only ever finds whole records.
+    #[test]
+    fn writers_of_one_record_at_once_never_leave_it_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir(dir.path().to_path_buf());
+        let r = Record { run_id: "r1".into(), seed: 7, payload_size: 128, last_acked: 42, replicas: 3, finished: true, open_suspicions: vec![], verified_at_ms: Some(1), retired: false };
+        state.write(&r).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..2)
+            .map(|w| {
+                let (state, r) = (state.clone(), r.clone());
+                std::thread::spawn(move || {
+                    for i in 0..400 {
+                        // Records of different sizes, so a torn one would not parse.
+                        let open_suspicions = if (i + w) % 2 == 0 { vec![] } else { vec![crate::context::state::Suspect::PublishStreamBehind; 50] };
+                        state.write(&Record { retired: true, last_acked: 42 + i, open_suspicions, ..r.clone() }).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let reader = {
+            let (state, stop) = (state.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut looks = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let (records, bad) = state.records().unwrap();
+                    assert!(bad.is_empty(), "a torn record: {bad:?}");
+                    assert_eq!(records.len(), 1);
+                    looks += 1;
+                }
+                looks
+            })
+        };
+        writers.into_iter().for_each(|w| w.join().unwrap());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("streams")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["r1.json"], "no temporary file left behind");
     }
 
     #[test]
