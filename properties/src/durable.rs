@@ -361,9 +361,24 @@ impl DeliveryWatch {
     }
 
     /// One look at `now`: `last_acked` is the publisher's last ack, `acked_at(seq)` when
-    /// `seq` was acknowledged at the latest (none: not known; counted from now), and the
-    /// consumer last changed at `changed_at`.
-    pub fn observe(&mut self, now: Duration, ledger: &DurableLedger, last_acked: u64, acked_at: impl Fn(u64) -> Option<Duration>, changed_at: Duration) -> DeliveryCheck {
+    /// `seq` was acknowledged at the latest (none: not known; counted from now), the
+    /// consumer last changed at `changed_at`, and `server_delivered` is the highest stream
+    /// sequence its leader last said it delivered (none: not known).
+    ///
+    /// A message the consumer has not reached yet is on its way, not late: its clock starts
+    /// when the server's delivered position reaches it. A consumer whose state was lost
+    /// with its server (an excused undo) delivers everything again from its new floor, and
+    /// one far behind works through its backlog; whether either moves at all is
+    /// `durable-eventually-catches-up`'s question.
+    pub fn observe(
+        &mut self,
+        now: Duration,
+        ledger: &DurableLedger,
+        last_acked: u64,
+        acked_at: impl Fn(u64) -> Option<Duration>,
+        changed_at: Duration,
+        server_delivered: Option<u64>,
+    ) -> DeliveryCheck {
         let since = |seq: u64| acked_at(seq).unwrap_or(now).max(changed_at).min(now);
         let owed = self.owed(ledger);
         let mut out = DeliveryCheck::Fine;
@@ -372,6 +387,10 @@ impl DeliveryWatch {
             self.oldest = None;
         }
         if owed > last_acked {
+            return out;
+        }
+        if server_delivered.is_some_and(|d| d < owed) {
+            self.oldest = Some((owed, now));
             return out;
         }
         let (seq, from) = *self.oldest.get_or_insert_with(|| (owed, since(owed)));
@@ -735,12 +754,12 @@ mod delivery_tests {
         let mut w = watch();
         let acked = |_| Some(s(5));
         let mut l = received(1..=100);
-        assert_eq!(w.observe(s(10), &l, 100, acked, s(0)), DeliveryCheck::Fine, "nothing owed");
-        assert_eq!(w.observe(s(20), &l, 150, acked, s(0)), DeliveryCheck::Fine, "101 owed since its ack at 5 s");
-        assert_eq!(w.observe(s(106), &l, 150, acked, s(0)), DeliveryCheck::AskQuiet { seq: 101 }, "130 s deadline, 30 s of it quiet");
-        assert_eq!(w.observe(s(134), &l, 150, acked, s(0)), DeliveryCheck::Fine, "in the quiet part");
-        assert_eq!(w.observe(s(136), &l, 150, acked, s(0)), DeliveryCheck::Late { from: 101, to: 150, waited: s(131) }, "every message acked as long ago is late with it");
-        assert_eq!(w.observe(s(140), &l, 150, acked, s(0)), DeliveryCheck::Fine, "reported once");
+        assert_eq!(w.observe(s(10), &l, 100, acked, s(0), None), DeliveryCheck::Fine, "nothing owed");
+        assert_eq!(w.observe(s(20), &l, 150, acked, s(0), None), DeliveryCheck::Fine, "101 owed since its ack at 5 s");
+        assert_eq!(w.observe(s(106), &l, 150, acked, s(0), None), DeliveryCheck::AskQuiet { seq: 101 }, "130 s deadline, 30 s of it quiet");
+        assert_eq!(w.observe(s(134), &l, 150, acked, s(0), None), DeliveryCheck::Fine, "in the quiet part");
+        assert_eq!(w.observe(s(136), &l, 150, acked, s(0), None), DeliveryCheck::Late { from: 101, to: 150, waited: s(131) }, "every message acked as long ago is late with it");
+        assert_eq!(w.observe(s(140), &l, 150, acked, s(0), None), DeliveryCheck::Fine, "reported once");
         assert_eq!(w.settled_floor(&l), 150, "a late message stalls the catch-up no more");
         for seq in 101..=120 {
             l.on_delivery(seq, None, None, b"");
@@ -753,11 +772,11 @@ mod delivery_tests {
         let mut w = watch();
         let acked = |seq: u64| Some(s(seq));
         let l = received(1..=4);
-        assert_eq!(w.observe(s(100), &l, 50, acked, s(0)), DeliveryCheck::Fine, "95 s: before the quiet part");
-        assert_eq!(w.observe(s(105), &l, 50, acked, s(0)), DeliveryCheck::AskQuiet { seq: 5 });
-        assert_eq!(w.observe(s(140), &l, 50, acked, s(0)), DeliveryCheck::Late { from: 5, to: 10, waited: s(135) }, "11 was acked at 11 s: 129 s ago");
-        assert_eq!(w.observe(s(141), &l, 50, acked, s(0)), DeliveryCheck::Late { from: 11, to: 11, waited: s(130) }, "the quiet just had serves it");
-        assert_eq!(w.observe(s(300), &l, 50, acked, s(0)), DeliveryCheck::AskQuiet { seq: 12 }, "a quiet period long past does not serve");
+        assert_eq!(w.observe(s(100), &l, 50, acked, s(0), None), DeliveryCheck::Fine, "95 s: before the quiet part");
+        assert_eq!(w.observe(s(105), &l, 50, acked, s(0), None), DeliveryCheck::AskQuiet { seq: 5 });
+        assert_eq!(w.observe(s(140), &l, 50, acked, s(0), None), DeliveryCheck::Late { from: 5, to: 10, waited: s(135) }, "11 was acked at 11 s: 129 s ago");
+        assert_eq!(w.observe(s(141), &l, 50, acked, s(0), None), DeliveryCheck::Late { from: 11, to: 11, waited: s(130) }, "the quiet just had serves it");
+        assert_eq!(w.observe(s(300), &l, 50, acked, s(0), None), DeliveryCheck::AskQuiet { seq: 12 }, "a quiet period long past does not serve");
     }
 
     #[test]
@@ -765,16 +784,33 @@ mod delivery_tests {
         let mut w = watch();
         let none = received([]);
         let all = received(1..=10);
-        assert_eq!(w.observe(s(50), &none, 10, |_| Some(s(1)), s(40)), DeliveryCheck::Fine);
-        assert_eq!(w.observe(s(139), &none, 10, |_| Some(s(1)), s(40)), DeliveryCheck::Fine, "99 s since the change (quiet from 100 s), not 138 since the ack");
-        assert_eq!(w.observe(s(141), &all, 10, |_| Some(s(1)), s(40)), DeliveryCheck::Held { seq: 1, waited: s(101) });
+        assert_eq!(w.observe(s(50), &none, 10, |_| Some(s(1)), s(40), None), DeliveryCheck::Fine);
+        assert_eq!(w.observe(s(139), &none, 10, |_| Some(s(1)), s(40), None), DeliveryCheck::Fine, "99 s since the change (quiet from 100 s), not 138 since the ack");
+        assert_eq!(w.observe(s(141), &all, 10, |_| Some(s(1)), s(40), None), DeliveryCheck::Held { seq: 1, waited: s(101) });
         let mut u = watch();
-        assert_eq!(u.observe(s(50), &none, 10, |_| None, s(0)), DeliveryCheck::Fine, "an unknown ack time counts from now");
-        assert_eq!(u.observe(s(150), &none, 10, |_| None, s(0)), DeliveryCheck::AskQuiet { seq: 1 });
-        assert_eq!(u.observe(s(175), &none, 10, |_| None, s(0)), DeliveryCheck::Fine, "130 s from 50");
-        assert!(matches!(u.observe(s(181), &none, 10, |_| None, s(0)), DeliveryCheck::Late { from: 1, .. }));
+        assert_eq!(u.observe(s(50), &none, 10, |_| None, s(0), None), DeliveryCheck::Fine, "an unknown ack time counts from now");
+        assert_eq!(u.observe(s(150), &none, 10, |_| None, s(0), None), DeliveryCheck::AskQuiet { seq: 1 });
+        assert_eq!(u.observe(s(175), &none, 10, |_| None, s(0), None), DeliveryCheck::Fine, "130 s from 50");
+        assert!(matches!(u.observe(s(181), &none, 10, |_| None, s(0), None), DeliveryCheck::Late { from: 1, .. }));
         u.restart();
-        assert_eq!(u.observe(s(182), &none, 10, |_| None, s(182)), DeliveryCheck::Fine, "a new consumer owes from its making");
+        assert_eq!(u.observe(s(182), &none, 10, |_| None, s(182), None), DeliveryCheck::Fine, "a new consumer owes from its making");
+    }
+
+    /// A consumer reset with its server (the soak of 2026-12-07: floor 0, delivering from 1
+    /// again while 925,113 had been received) owes 925,114 only once it gets there: its
+    /// clock starts when the server's delivered position reaches it, and then it is judged
+    /// as any other.
+    #[test]
+    fn a_message_the_server_has_not_reached_yet_is_not_late() {
+        let mut w = watch();
+        let got = received(1..=100);
+        let acked = |_| Some(s(1));
+        assert_eq!(w.observe(s(200), &got, 150, acked, s(0), Some(40)), DeliveryCheck::Fine, "delivering 40 again: 101 is on its way");
+        assert_eq!(w.observe(s(300), &got, 150, acked, s(0), Some(100)), DeliveryCheck::Fine, "still before it at 300 s");
+        assert_eq!(w.observe(s(301), &got, 150, acked, s(0), Some(120)), DeliveryCheck::Fine, "passed it: the clock starts from the last look before");
+        assert_eq!(w.observe(s(399), &got, 150, acked, s(0), Some(150)), DeliveryCheck::Fine);
+        assert_eq!(w.observe(s(400), &got, 150, acked, s(0), Some(150)), DeliveryCheck::AskQuiet { seq: 101 }, "130 s deadline from 300 s, 30 s of it quiet");
+        assert!(matches!(w.observe(s(430), &got, 150, acked, s(0), Some(150)), DeliveryCheck::Late { from: 101, .. }), "delivered past it and never received: late");
     }
 
     #[test]

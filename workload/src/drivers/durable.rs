@@ -88,6 +88,11 @@ async fn drive(
     let mut max_delivered = 0u64;
     let cap = ctx.cfg.durable.acks_in_flight;
     let mut acks = FuturesUnordered::new();
+    // Of `acks`, the resends of acks left unanswered: they have `cap` slots of their own,
+    // so neither kind starves the other (a soak's consumer, reset with its server, had 64
+    // acks the new state could never answer resent forever in every slot, and was given
+    // nothing more for the rest of the run).
+    let mut resends = 0usize;
     let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, false);
     let mut poll = tokio::time::interval(POLL);
     // A look can wait 5 s for a stopped server; the ticks missed meanwhile are not made up in
@@ -149,6 +154,7 @@ async fn drive(
                 Some(done) = acks.next(), if !acks.is_empty() => {
                     // A task that cannot answer (only at shutdown) leaves its ack unconfirmed.
                     let Ok((seq, reply, confirmed, again)): Result<AckAnswer, _> = done else { continue };
+                    resends -= usize::from(again);
                     if confirmed {
                         ledger.on_ack_confirmed(seq);
                         Stats::add(&ctx.stats.durable_acks_confirmed, 1);
@@ -164,7 +170,10 @@ async fn drive(
                 }
                 _ = poll.tick() => {
                     match look(judge, ctx, client, ledger).await {
-                        Look::Seen { leader: now } => {
+                        Look::Seen { leader: now, forgot_above } => {
+                            if let Some(floor) = forgot_above {
+                                unconfirmed.retain(|(seq, _)| *seq <= floor);
+                            }
                             if leader != now {
                                 tracing::info!(from = ?leader, to = ?now, acks_in_flight = acks.len(), received = ledger.received_floor(), confirmed = ledger.confirmed_floor(), "durable consumer leader changed");
                                 changed_at = ctx.live.now();
@@ -189,11 +198,12 @@ async fn drive(
                     // backlog keeps every delivery slot taken, and a resend that waited for a
                     // free one could wait for the rest of the run (seen in CI with one slot).
                     for _ in 0..unconfirmed.len() {
-                        if acks.len() >= 2 * cap {
+                        if resends >= cap {
                             break;
                         }
                         let Some((seq, reply)) = unconfirmed.pop_front() else { break };
                         if !ledger.is_confirmed(seq) {
+                            resends += 1;
                             acks.push(tokio::spawn(double_ack(client.clone(), ctx.api_timeout(), seq, reply, true)));
                         }
                     }
@@ -222,7 +232,7 @@ async fn drive(
                         Tick::Stalled { .. } | Tick::Expired => continue 'consumer,
                     }
                 }
-                next = messages.next(), if acks.len() < cap => {
+                next = messages.next(), if acks.len() - resends < cap => {
                     let msg = match next {
                         Some(Ok(msg)) => msg,
                         Some(Err(e)) => {
@@ -325,7 +335,10 @@ async fn anew<F: std::future::Future<Output = anyhow::Result<jetstream::consumer
 
 /// What one look at the consumer found.
 enum Look {
-    Seen { leader: Option<String> },
+    /// `forgot_above`: an undo of acks above this floor was excused (the state was lost
+    /// with its server): acks sent before it and left unanswered are for deliveries the
+    /// consumer no longer knows, and what they acked comes again.
+    Seen { leader: Option<String>, forgot_above: Option<u64> },
     /// Confirmed gone (and reported if it had confirmed acks).
     Gone,
     Unanswered,
@@ -445,6 +458,7 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
         // that judges nothing (could not observe is not observed wrong).
         return Look::Unanswered;
     }
+    let mut forgot_above = None;
     match ledger.judge_ack_floor(floor) {
         None => {
             judge.floor.reset();
@@ -472,6 +486,7 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
                         // under 1,679 with nothing pending) is not failed once the spell
                         // is older than a window.
                         ledger.forget_confirmed_above(floor);
+                        forgot_above = Some(floor);
                     }
                     judge.floor.reset();
                     ctx.suspicions.close(Suspect::DurableAckFloor);
@@ -486,7 +501,7 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
             }
         }
     }
-    Look::Seen { leader }
+    Look::Seen { leader, forgot_above }
 }
 
 /// At least once, judged at each look: the oldest message owed must have come within its
@@ -494,7 +509,10 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
 /// the ack floor passed them) with how long the first waited.
 fn judge_delivery(ctx: &Ctx, ledger: &DurableLedger, judge: &FloorJudge, delivery: &mut DeliveryWatch, last_acked: u64, changed_at: Duration) {
     let acked_at = |seq| judge.acked.acked_between(seq).map(|(_, by)| Duration::from_secs_f64(by));
-    match delivery.observe(ctx.live.now(), ledger, last_acked, acked_at, changed_at) {
+    // Where its leader said it got to, from a look that had a leader.
+    let look = &judge.last_look;
+    let server_delivered = look["leader"].as_str().filter(|l| !l.is_empty()).and(look.pointer("/delivered/stream_seq")).and_then(Value::as_u64);
+    match delivery.observe(ctx.live.now(), ledger, last_acked, acked_at, changed_at, server_delivered) {
         DeliveryCheck::Fine => {}
         DeliveryCheck::Held { seq, waited } => {
             sdk::check!(Property::DurableEveryMessageDelivered, true, &json!({ "seq": seq, "waited_s": waited.as_secs_f64() }));
