@@ -57,6 +57,11 @@ struct Args {
     /// The durable consumer's replicas (0: the stream's).
     #[arg(long, default_value_t = 1)]
     durable_replicas: u64,
+    /// Before each scale to R1, evacuate the durable consumer off the stream leader's
+    /// server (`CONSUMER.PEER.EVACUATE`, 2.15), so the scale must move it too (the
+    /// workload's runs that showed the stall had it elsewhere, and logged two remaps).
+    #[arg(long, requires = "consumers")]
+    consumer_elsewhere: bool,
 }
 
 #[tokio::main]
@@ -103,7 +108,11 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     tokio::time::sleep(Duration::from_secs(args.warmup)).await;
     // Every scale request: (seconds since the start, replicas, the answer's error if any).
     let mut scales: Vec<Value> = Vec::new();
+    let mut evacuations: Vec<Value> = Vec::new();
     for _ in 0..args.cycles {
+        if args.consumer_elsewhere {
+            evacuations.push(consumer_off_leader(&client, started).await);
+        }
         for (replicas, then) in [(1, Duration::from_millis(args.gap_ms)), (3, Duration::from_secs(args.settle))] {
             config["num_replicas"] = json!(replicas);
             let answer = api(&client, "STREAM.UPDATE.S", &config).await;
@@ -134,7 +143,34 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
         let lines = cluster.log_lines(&["> S'", "remapping", "new stream leader", "Catchup", "stream leader"]);
         std::fs::write(dir.join("server-lines.txt"), lines.join("\n"))?;
     }
-    Ok(json!({ "acked": s.acked, "scales": scales, "stuck": stuck, "other_errors": s.other_errors, "consumers": args.consumers, "dir": dir }))
+    Ok(json!({ "acked": s.acked, "scales": scales, "stuck": stuck, "other_errors": s.other_errors, "consumers": args.consumers,
+               "consumer_evacuations": evacuations, "dir": dir }))
+}
+
+/// Moves the durable consumer `D` off the server leading stream `S` when it is there, and
+/// waits (at most 10 s) until its leader is another server. What was done, for the trial's
+/// line.
+async fn consumer_off_leader(client: &async_nats::Client, started: Instant) -> Value {
+    let leader = |v: &Value| v["cluster"]["leader"].as_str().map(str::to_string);
+    let (Ok(stream), Ok(consumer)) = (api(client, "STREAM.INFO.S", &Value::Null).await, api(client, "CONSUMER.INFO.S.D", &Value::Null).await) else {
+        return json!({ "error": "no stream or consumer info" });
+    };
+    let (Some(on), Some(at)) = (leader(&stream), leader(&consumer)) else { return json!({ "error": "no leader" }) };
+    if on != at {
+        return json!({ "t_s": started.elapsed().as_secs_f64(), "stream_leader": on, "consumer_on": at, "evacuated": false });
+    }
+    let answer = api(client, "CONSUMER.PEER.EVACUATE.S.D", &json!({ "peer": at })).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut now_on = None;
+    while Instant::now() < deadline {
+        now_on = api(client, "CONSUMER.INFO.S.D", &Value::Null).await.ok().as_ref().and_then(leader);
+        if now_on.as_ref().is_some_and(|n| *n != at) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    json!({ "t_s": started.elapsed().as_secs_f64(), "stream_leader": on, "consumer_on": at, "evacuated": true,
+            "error": answer.err().map(|e| e.to_string()), "consumer_now_on": now_on })
 }
 
 /// Publishes 1, 2, 3, ... pipelined, `depth` in flight, each with `Nats-Msg-Id: m-<i>` and
