@@ -91,7 +91,8 @@ async fn drive(
     // Of `acks`, the resends of acks left unanswered: they have `cap` slots of their own,
     // so neither kind starves the other (a soak's consumer, reset with its server, had 64
     // acks the new state could never answer resent forever in every slot, and was given
-    // nothing more for the rest of the run).
+    // nothing more for the rest of the run). A resend task that cannot answer (only at
+    // shutdown) is never counted down, hence the saturating difference below.
     let mut resends = 0usize;
     let mut catch_up = CatchUp::new(Property::DurableEventuallyCatchesUp, false);
     let mut poll = tokio::time::interval(POLL);
@@ -232,7 +233,7 @@ async fn drive(
                         Tick::Stalled { .. } | Tick::Expired => continue 'consumer,
                     }
                 }
-                next = messages.next(), if acks.len() - resends < cap => {
+                next = messages.next(), if acks.len().saturating_sub(resends) < cap => {
                     let msg = match next {
                         Some(Ok(msg)) => msg,
                         Some(Err(e)) => {
