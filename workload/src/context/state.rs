@@ -157,6 +157,10 @@ impl Suspicions {
     }
 }
 
+/// How many replaced ordered consumers [`Stats`] keeps: a read outage of a whole liveness
+/// window holds about 16 replacements at the default bound (every 2.5 s).
+pub const REPLACEMENTS_KEPT: usize = 64;
+
 macro_rules! stats {
     ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
         /// Run-wide counters, all atomics.
@@ -169,8 +173,27 @@ macro_rules! stats {
             /// (what a write outage met).
             pub first_publish_error: Mutex<String>,
             pub last_publish_error: Mutex<String>,
+            /// The last ordered consumers the reader replaced for delivering nothing while
+            /// behind, each with the state its server answered (a read outage's evidence).
+            pub reader_replacements: Mutex<std::collections::VecDeque<Value>>,
         }
         impl Stats {
+            /// Keeps a replaced ordered consumer's state, the last [`REPLACEMENTS_KEPT`] only.
+            pub fn replaced_reader(&self, state: Value) {
+                if let Ok(mut kept) = self.reader_replacements.lock() {
+                    if kept.len() == REPLACEMENTS_KEPT {
+                        kept.pop_front();
+                    }
+                    kept.push_back(state);
+                }
+            }
+
+            /// The kept replacements at `from_s..=to_s` seconds of the run.
+            pub fn replacements_between(&self, from_s: f64, to_s: f64) -> Vec<Value> {
+                let kept = self.reader_replacements.lock().map(|k| k.clone()).unwrap_or_default();
+                kept.into_iter().filter(|r| r["t_s"].as_f64().is_some_and(|t| t >= from_s && t <= to_s)).collect()
+            }
+
             pub fn to_json(&self) -> Value {
                 json!({ $( stringify!($name): self.$name.load(Relaxed), )* })
             }
@@ -208,6 +231,10 @@ stats! {
     /// Ordered consumers made anew because they delivered nothing for half the outage
     /// bound while the stream held more (each logged with the old consumer's state).
     consumer_stuck_recreates,
+    /// New ordered consumers whose server counted nothing pending although the stream held
+    /// acknowledged messages past their start (placed on a peer still catching up), asked
+    /// for again.
+    reader_placed_behind,
     /// Deliveries of already verified sequences as a new consumer's first message (the
     /// client restarted a consumer from 1).
     redeliveries,

@@ -95,6 +95,10 @@ fn judge(ctx: &Ctx, o: &OpOutages) {
                 details["first_publish_error"] = json!(read(&ctx.stats.first_publish_error));
                 details["last_publish_error"] = json!(read(&ctx.stats.last_publish_error));
             }
+            if a == Activity::Read {
+                // Each ordered consumer replaced meanwhile, as its server described it.
+                details["replacements"] = json!(ctx.stats.replacements_between(span.from_s, span.to_s));
+            }
             sdk::check!(Property::OperationOutageBounded, false, &details);
         }
     }

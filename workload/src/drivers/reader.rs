@@ -22,6 +22,12 @@ use serde_json::json;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+/// How many times in a row a new consumer placed behind the stream is asked for again
+/// (then the last one is kept: the stuck rule replaces it if it stays silent), and the
+/// pause before each new request.
+const PLACED_BEHIND_RETRIES: u32 = 4;
+const PLACED_BEHIND_PAUSE: Duration = Duration::from_millis(250);
+
 /// Where the reader stops.
 #[derive(Clone, Copy, Debug)]
 pub enum Until {
@@ -42,6 +48,8 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
     let mut catch_up = CatchUp::new(Property::ConsumerEventuallyCatchesUp, true);
     let mut stuck = Stuck::default();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    // New consumers in a row that were placed behind the stream (see below).
+    let mut placed_behind = 0;
 
     'consumer: loop {
         if done(ctx, until, &verifier) {
@@ -61,19 +69,36 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                 })
                 .await?;
             let info = consumer.cached_info();
-            let (name, placed) = (info.name.clone(), json!({ "name": info.name, "server": info.cluster.as_ref().and_then(|c| c.leader.clone()), "start": start }));
-            anyhow::Ok((consumer.messages().await?, name, placed))
+            let placed = json!({ "name": info.name, "server": info.cluster.as_ref().and_then(|c| c.leader.clone()), "start": start, "num_pending": info.num_pending });
+            let (name, pending) = (info.name.clone(), info.num_pending);
+            anyhow::Ok((consumer.messages().await?, name, pending, placed))
         };
         // The consumer of the last delivery, and how many this message stream delivered.
         let mut consumer_name = String::new();
         let mut delivered = 0u64;
-        let Some((mut messages, own_name, placed)) = ctx
+        let goal = match until { Until::Cancelled => Stats::get(&ctx.stats.last_acked_seq), Until::Seq(last) => last };
+        let Some((mut messages, own_name, pending, placed)) = ctx
             .live
             .retry("create ordered consumer", Property::ConsumerEventuallyCatchesUp, &ctx.cancel, create)
             .await
         else {
             return Ok(verifier.next_seq());
         };
+        // A consumer whose server counts nothing to deliver while the stream holds acknowledged
+        // messages past its start sees a copy of the stream that ends earlier: a peer still
+        // catching up (2.15.1 places new consumers there; findings/consumer-placed-on-a-
+        // filling-peer: stale for about a second after a scale up, the soak's replacements
+        // for 12 s). It would deliver nothing until that copy catches up, so a new one is
+        // asked for (placed again, at random among the stream's peers), a few times.
+        if pending == 0 && goal >= start && placed_behind < PLACED_BEHIND_RETRIES {
+            placed_behind += 1;
+            Stats::add(&ctx.stats.reader_placed_behind, 1);
+            tracing::info!(consumer = %own_name, server = %placed["server"], start, goal, "a new ordered consumer counts nothing pending while the stream holds more: asked for again");
+            abandon(ctx, &client, &own_name);
+            tokio::time::sleep(PLACED_BEHIND_PAUSE).await;
+            continue 'consumer;
+        }
+        placed_behind = 0;
         catch_up.consumer = placed;
 
         loop {
@@ -95,6 +120,8 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
                             Err(e) => json!({ "error": e.to_string() }),
                         };
                         tracing::info!(consumer = %name, %state, consumed = verifier.consumed(), goal, "the ordered consumer delivered nothing for a quarter of the outage bound while behind: made anew");
+                        ctx.stats.replaced_reader(json!({ "t_s": ctx.live.now().as_secs_f64(), "consumer": name, "created_on": catch_up.consumer["server"],
+                            "start": catch_up.consumer["start"], "consumed": verifier.consumed(), "goal": goal, "state": state }));
                         Stats::add(&ctx.stats.consumer_stuck_recreates, 1);
                         abandon(ctx, &client, name);
                         recreated(ctx, "delivered nothing while behind");
