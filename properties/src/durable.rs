@@ -189,6 +189,11 @@ impl DurableLedger {
         self.received.floor()
     }
 
+    /// The highest sequence delivered (holes below it are at-least-once's question).
+    pub fn received_high(&self) -> u64 {
+        self.received.high()
+    }
+
     /// Every sequence up to this one had its ack confirmed.
     pub fn confirmed_floor(&self) -> u64 {
         self.confirmed.floor()
@@ -517,6 +522,18 @@ impl FloorJudge {
         }
     }
 
+    /// Where the consumer's leader said, at the last look, it had delivered to (its
+    /// `delivered.stream_seq`), when that look had a leader and is at most `max_age` old at
+    /// `now`: an older answer (looks unanswered since) says nothing of now.
+    pub fn recent_delivered(&self, now: Duration, max_age: Duration) -> Option<u64> {
+        let look = &self.last_look;
+        let at = Duration::try_from_secs_f64(look["t_s"].as_f64()?).ok()?;
+        if now.saturating_sub(at) > max_age || look["leader"].as_str().is_none_or(str::is_empty) {
+            return None;
+        }
+        look.pointer("/delivered/stream_seq").and_then(Value::as_u64)
+    }
+
     /// A look at `now` found the consumer kept by `one` server (its leader, `leader`) or
     /// not. One answer without followers may come from a server whose part of a new
     /// replicated group has not started yet; two in a row (a look apart) do not.
@@ -554,14 +571,20 @@ impl FloorJudge {
         // The first ack undone: above the floor the server reports, or the one delivered again.
         let first = v.details["ack_floor"].as_u64().map(|f| f + 1).or_else(|| v.details["seq"].as_u64()).unwrap_or(1);
         let delivered_after = self.delivered.last_below(first).unwrap_or_default();
-        // Every server that held it alone since then: the one it was on at that time, and
-        // any it was found on later (a removal or a crash of any of them loses the acks).
-        let since = self.single_history.iter().rposition(|(t, _)| *t <= delivered_after).unwrap_or(0);
-        let mut servers: Vec<String> = self.single_history.iter().skip(since).map(|(_, s)| s.clone()).collect();
+        // Every server that held it alone since then (a removal or a crash of any of them
+        // loses the acks).
+        let mut servers = self.servers_alone_since(delivered_after);
         if !servers.contains(&server) {
             servers.push(server.clone());
         }
         Some(CrashQuestion { server, servers, delivered_after })
+    }
+
+    /// Every server the consumer was found alone on since `t`: the one it was on at that
+    /// time, and any it was found on later (the latest last; the last few changes only).
+    pub fn servers_alone_since(&self, t: Duration) -> Vec<String> {
+        let since = self.single_history.iter().rposition(|(at, _)| *at <= t).unwrap_or(0);
+        self.single_history.iter().skip(since).map(|(_, s)| s.clone()).collect()
     }
 }
 
@@ -823,6 +846,19 @@ mod delivery_tests {
         assert_eq!(l.received_floor(), 3, "still owed");
         l.on_delivery(7, None, None, b"");
         assert_eq!(l.skips(8), Skips { passed: 3, received_later: 1, never_received: vec![(4, 4), (8, 8)] });
+    }
+
+    /// A position from a look long ago would start no message's clock, for ever: the
+    /// delivery watch then counts from the ack instead.
+    #[test]
+    fn only_a_recent_look_with_a_leader_says_where_the_consumer_is() {
+        let mut j = FloorJudge::new(s(10));
+        assert_eq!(j.recent_delivered(s(5), s(30)), None, "no look yet");
+        j.last_look = serde_json::json!({ "t_s": 100.0, "leader": "n2", "delivered": { "stream_seq": 40 } });
+        assert_eq!(j.recent_delivered(s(120), s(30)), Some(40));
+        assert_eq!(j.recent_delivered(s(131), s(30)), None, "31 s old");
+        j.last_look["leader"] = Value::Null;
+        assert_eq!(j.recent_delivered(s(101), s(30)), None, "a leaderless answer is one replica's own state");
     }
 
     #[test]

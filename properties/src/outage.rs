@@ -43,8 +43,10 @@ pub struct Progress {
     pub last_acked: u64,
     /// Messages the ordered reader verified.
     pub verified: u64,
-    /// Deliveries to the durable consumer, and how far it received everything (none: no
-    /// durable consumer).
+    /// Deliveries to the durable consumer, and the highest sequence it received (none: no
+    /// durable consumer). Owed is what lies above that: a hole below it stalls nothing and
+    /// is `durable-every-message-delivered`'s question (a skip never delivered would
+    /// otherwise make every pause of the publisher a durable outage).
     pub durable: Option<(u64, u64)>,
 }
 
@@ -267,6 +269,33 @@ mod tests {
         assert_eq!((o.op.as_str(), o.requested_s), ("scale", 10.0));
         assert_eq!(o.write, Some(Span { from_s: 12.0, to_s: 20.0, ongoing: false }), "{o:?}");
         assert_eq!((o.read, o.durable), (None, None), "nothing to read is no read outage");
+    }
+
+    /// A message the durable consumer never received (a skip) lies below what it did
+    /// receive: a pause of the publisher after a scale leaves it nothing to deliver, which
+    /// is no durable outage; a consumer behind what was acknowledged that delivers nothing is.
+    #[test]
+    fn a_hole_below_what_the_durable_consumer_received_is_no_outage() {
+        let run = |behind: u64| {
+            let mut m = OutageMeter::new(Duration::from_secs(120));
+            let sample = |m: &mut OutageMeter, t: u64, acked: u64| {
+                let high = acked - behind;
+                m.sample(Progress { t: ms(t), acked, last_acked: acked, verified: acked, durable: Some((high, high)) })
+            };
+            let mut closed = Vec::new();
+            for t in (0..=10_000).step_by(250) {
+                closed.extend(sample(&mut m, t, 1_000 + t));
+            }
+            m.operation("scale", ms(10_000));
+            // Acks stop from 11 s to 41 s.
+            for t in (10_250..=80_000).step_by(250) {
+                let acked = if (11_000..41_000).contains(&t) { 11_000 } else { t };
+                closed.extend(sample(&mut m, t, 1_000 + acked));
+            }
+            closed.remove(0)
+        };
+        assert_eq!(run(0).durable, None, "received up to the last ack: nothing owed while writes stop");
+        assert!(run(500).durable.is_some_and(|s| s.secs() >= 29.0), "500 behind and silent: an outage");
     }
 
     #[test]

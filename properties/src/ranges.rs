@@ -40,6 +40,11 @@ impl Ranges {
         }
     }
 
+    /// The highest sequence in the set (0: empty).
+    pub fn high(&self) -> u64 {
+        self.0.last_key_value().map_or(0, |(_, &e)| e)
+    }
+
     /// The end of the range holding `seq`, if one does.
     pub fn end_of(&self, seq: u64) -> Option<u64> {
         self.0.range(..=seq).next_back().and_then(|(_, &e)| (seq <= e).then_some(e))

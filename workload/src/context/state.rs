@@ -268,6 +268,9 @@ stats! {
     durable_unreplicated_undone,
     /// Every sequence up to this one was delivered to the durable consumer (at its last look).
     durable_received,
+    /// The highest sequence the durable consumer received (its outages are measured against
+    /// it: a message it never received below it is at-least-once's question, not an outage).
+    durable_received_high,
     /// Messages delivered again after their ack was confirmed (left unacknowledged to see
     /// whether they come yet again), and those that did not: a redelivery racing the ack;
     /// and copies that came again sooner than an ack wait could make them (still watched).

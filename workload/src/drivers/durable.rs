@@ -211,6 +211,7 @@ async fn drive(
                     let races = redeliveries.expire(ctx.live.now(), 3 * ctx.cfg.durable.ack_wait);
                     Stats::add(&ctx.stats.durable_redelivery_races, races.len() as u64);
                     ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
+                    ctx.stats.durable_received_high.store(ledger.received_high(), std::sync::atomic::Ordering::Relaxed);
                     // What a stall's failure shows: the first sequence never delivered, the
                     // ones held back on purpose, and the consumer as last seen.
                     catch_up.consumer = json!({ "first_not_delivered": ledger.received_floor() + 1, "confirmed_floor": ledger.confirmed_floor(), "left_unacknowledged": skipped.len(),
@@ -260,6 +261,7 @@ async fn drive(
                     }
                     Stats::add(&ctx.stats.durable_delivered, 1);
                     ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
+                    ctx.stats.durable_received_high.store(ledger.received_high(), std::sync::atomic::Ordering::Relaxed);
                     if delivered > 1 {
                         Stats::add(&ctx.stats.durable_redelivered, 1);
                     }
@@ -510,9 +512,9 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
 /// the ack floor passed them) with how long the first waited.
 fn judge_delivery(ctx: &Ctx, ledger: &DurableLedger, judge: &FloorJudge, delivery: &mut DeliveryWatch, last_acked: u64, changed_at: Duration) {
     let acked_at = |seq| judge.acked.acked_between(seq).map(|(_, by)| Duration::from_secs_f64(by));
-    // Where its leader said it got to, from a look that had a leader.
-    let look = &judge.last_look;
-    let server_delivered = look["leader"].as_str().filter(|l| !l.is_empty()).and(look.pointer("/delivered/stream_seq")).and_then(Value::as_u64);
+    // Where its leader said it got to, from a look at most a quiet part old (an older one
+    // would hold the clock back for as long as looks go unanswered).
+    let server_delivered = judge.recent_delivered(ctx.live.now(), ctx.cfg.liveness.quiet);
     match delivery.observe(ctx.live.now(), ledger, last_acked, acked_at, changed_at, server_delivered) {
         DeliveryCheck::Fine => {}
         DeliveryCheck::Held { seq, waited } => {
@@ -529,6 +531,8 @@ fn judge_delivery(ctx: &Ctx, ledger: &DurableLedger, judge: &FloorJudge, deliver
                 "never_received": never, "acked_between_s": judge.acked.acked_between(from).map(|(a, b)| [a, b]),
                 "deadline_s": (ctx.cfg.durable.ack_wait + ctx.cfg.liveness.window).as_secs_f64(),
                 "floor_passed_it": ledger.was_passed(from),
+                // Where it was kept alone since (a crash there loses what the floor passed).
+                "alone_on_since_acked": judge.acked.acked_between(from).map(|(a, _)| judge.servers_alone_since(Duration::from_secs_f64(a))),
                 "received_floor": ledger.received_floor(), "consumer_at_last_look": judge.last_look,
                 "problem": "acknowledged messages still stored were not delivered to the durable consumer within its ack wait plus the liveness window" }));
         }

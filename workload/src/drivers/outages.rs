@@ -30,7 +30,7 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
             meter.operation(op.id(), at.saturating_duration_since(ctx.live.origin));
         }
         let s = &ctx.stats;
-        let durable = ctx.cfg.durable.enabled.then(|| (Stats::get(&s.durable_delivered), Stats::get(&s.durable_received)));
+        let durable = ctx.cfg.durable.enabled.then(|| (Stats::get(&s.durable_delivered), Stats::get(&s.durable_received_high)));
         let p = Progress { t: ctx.live.now(), acked: Stats::get(&s.acked), last_acked: Stats::get(&s.last_acked_seq), verified: Stats::get(&s.verified), durable };
         for closed in meter.sample(p) {
             judge(&ctx, &closed);
