@@ -17,7 +17,9 @@
 //! `--disrupt`, the first such skip is followed by a step-down of the consumer's leader
 //! (where it has peers) and a restart of the server that led it, at once, before the ack
 //! wait could redeliver it; the drain then lasts at least three ack waits after the
-//! restart: is the message ever delivered?
+//! restart: is the message ever delivered? With `--evacuate`, the stream stays at R3 and
+//! the consumer (one replica) is evacuated off its server every 2-4 s instead (with
+//! `--whole-server`, the whole server is evacuated, stream replica and all).
 
 use clap::Parser;
 use findings::{api, stream_config, Cluster};
@@ -40,6 +42,22 @@ struct Args {
     /// On the first confirmed skip, step the consumer's leader down and restart its server.
     #[arg(long)]
     disrupt: bool,
+    /// Instead of rescaling the stream: keep it at R3, give the consumer one replica, and
+    /// every 2-4 s evacuate the consumer off its server (`CONSUMER.PEER.EVACUATE`, 2.15),
+    /// which moves it to a new one-replica group (the workload's soak of 2026-12-07 met a
+    /// skip while an R1 consumer's server was evacuated).
+    #[arg(long)]
+    evacuate: bool,
+    /// With `--evacuate`: change nothing (the control: an R1 consumer left where it is).
+    #[arg(long, requires = "evacuate")]
+    control: bool,
+    /// With `--evacuate`: evacuate the consumer's whole server (`SERVER.EVACUATE`, system
+    /// account: the stream's replica there moves too) instead of the consumer alone.
+    #[arg(long, requires = "evacuate")]
+    whole_server: bool,
+    /// Cluster size (a server evacuation needs a server outside the stream to move to).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
 }
 
 const ACK_WAIT: Duration = Duration::from_secs(5);
@@ -92,12 +110,13 @@ impl Firsts {
 }
 
 async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> {
-    let mut cluster = Cluster::start(&args.trials.server, 3, dir, false).await?;
+    let mut cluster = Cluster::start(&args.trials.server, args.nodes, dir, false).await?;
     let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
+    let system = async_nats::ConnectOptions::with_user_and_password("sys".into(), "sys".into()).connect(cluster.urls()).await?;
     let mut config = stream_config("S", "s", 3);
     findings::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
     let consumer = json!({ "stream_name": "S", "config": { "durable_name": "D", "ack_policy": "explicit", "ack_wait": 5_000_000_000u64,
-                           "max_deliver": -1, "filter_subject": "s", "max_ack_pending": 10_000, "num_replicas": 0 } });
+                           "max_deliver": -1, "filter_subject": "s", "max_ack_pending": 10_000, "num_replicas": if args.evacuate { 1 } else { 0 } } });
     findings::retry(|| api(&client, "CONSUMER.CREATE.S.D", &consumer)).await?;
 
     let started = Instant::now();
@@ -106,8 +125,8 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let acked = Arc::new(Mutex::new(Firsts::new(started)));
     let publisher = tokio::spawn(publish(client.clone(), acked.clone(), stop.clone()));
     let puller = tokio::spawn(pull(client.clone(), delivered.clone()));
-    // Every replica change: (seconds since the start, replicas asked for).
-    let mut changes: Vec<(f64, u64)> = Vec::new();
+    // Every change asked for: (seconds since the start, "R<n>" or "evacuate <server>").
+    let mut changes: Vec<(f64, String)> = Vec::new();
     let mut skipped: Vec<Value> = Vec::new();
     let mut replicas = 3;
     let mut disruption: Option<Value> = None;
@@ -115,7 +134,23 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let mut next_scale = Instant::now() + Duration::from_secs(2);
     let end = started + Duration::from_secs(args.seconds);
     while Instant::now() < end {
-        if Instant::now() >= next_scale {
+        if Instant::now() >= next_scale && args.control {
+            next_scale = end;
+        } else if Instant::now() >= next_scale && args.evacuate {
+            let info = api(&client, "CONSUMER.INFO.S.D", &Value::Null).await;
+            if let Some(leader) = info.ok().and_then(|i| i["cluster"]["leader"].as_str().map(str::to_string)) {
+                let answer = if args.whole_server {
+                    api(&system, "SERVER.EVACUATE", &json!({ "peer": leader })).await
+                } else {
+                    api(&client, "CONSUMER.PEER.EVACUATE.S.D", &json!({ "peer": leader })).await
+                };
+                changes.push((started.elapsed().as_secs_f64(), format!("evacuate {}{leader}", if args.whole_server { "server " } else { "" })));
+                if let Err(e) = answer {
+                    eprintln!("evacuate {leader}: {e}");
+                }
+            }
+            next_scale = Instant::now() + Duration::from_millis(rand::thread_rng().gen_range(2000..=4000));
+        } else if Instant::now() >= next_scale {
             replicas = loop {
                 let r = rand::thread_rng().gen_range(1..=3);
                 if r != replicas {
@@ -124,7 +159,7 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
             };
             config["num_replicas"] = json!(replicas);
             let answer = api(&client, "STREAM.UPDATE.S", &config).await;
-            changes.push((started.elapsed().as_secs_f64(), replicas));
+            changes.push((started.elapsed().as_secs_f64(), format!("R{replicas}")));
             if let Err(e) = answer {
                 eprintln!("scale to R{replicas}: {e}");
             }

@@ -109,6 +109,98 @@ fn durable_ack_floor_skip_matches_its_real_case_only() {
     assert!(untimed.known("durable-nothing-skipped").is_empty(), "a message whose publication is not known");
 }
 
+/// A consumer scale 2 -> 1 requested within the bracket of a message's publication; its
+/// floor passed the message; both servers that then held the consumer alone were killed,
+/// and the message never came (`fixtures/README.md`).
+#[test]
+fn durable_ack_floor_skip_explains_a_skip_never_delivered_after_its_servers_crash() {
+    let c = case("durable-ack-floor-skip-never-delivered");
+    assert_eq!(c.known("durable-nothing-skipped"), ids(&["durable-ack-floor-skip"]));
+    assert_eq!(c.known("durable-every-message-delivered"), ids(&["durable-ack-floor-skip"]));
+    assert_eq!(c.judged()["verdict_without_known"], "pass");
+
+    let mut no_crash = c.clone();
+    no_crash.faults.retain(|e| !matches!(e["kind"].as_str(), Some("kill" | "restart" | "power-loss" | "power-loss-all")));
+    assert_eq!(no_crash.known("durable-nothing-skipped"), ids(&["durable-ack-floor-skip"]));
+    assert!(no_crash.known("durable-every-message-delivered").is_empty(), "never delivered without a crash: not what the reproducer showed");
+    let mut crash_before = c.clone();
+    for e in crash_before.faults.iter_mut().filter(|e| matches!(e["kind"].as_str(), Some("kill" | "restart"))) {
+        e["t_s"] = json!(e["t_s"].as_f64().unwrap().min(100.0));
+    }
+    assert!(crash_before.known("durable-every-message-delivered").is_empty(), "crashes before the message was published");
+    let mut elsewhere = c.clone();
+    for d in elsewhere.failures("durable-every-message-delivered") {
+        d["alone_on_since_acked"] = json!(["n9"]);
+    }
+    assert!(elsewhere.known("durable-every-message-delivered").is_empty(), "crashes of servers that never held the consumer alone");
+    let mut not_passed = c.clone();
+    for d in not_passed.failures("durable-every-message-delivered") {
+        d["floor_passed_it"] = json!(false);
+    }
+    assert!(not_passed.known("durable-every-message-delivered").is_empty(), "a message no floor passed");
+    let mut below = c.clone();
+    for d in below.failures("durable-every-message-delivered") {
+        d["first_late"] = json!(d["first_late"].as_u64().unwrap() - 1);
+    }
+    assert!(below.known("durable-every-message-delivered").is_empty(), "below the run of messages the explained skip's floor passed");
+    let mut unexplained_skip = c.clone();
+    unexplained_skip.operations.retain(|o| o["detail"]["to"] != 1);
+    assert!(unexplained_skip.known("durable-nothing-skipped").is_empty());
+    assert!(unexplained_skip.known("durable-every-message-delivered").is_empty(), "its skip not explained");
+}
+
+/// A scale to one replica counts from its request to its settling (the consumer goes to one
+/// replica in between), at most 5 s: the real case's requests moved earlier.
+#[test]
+fn durable_ack_floor_skip_counts_a_scale_until_it_settled() {
+    let base = case("durable-ack-floor-skip-never-delivered");
+    let early = |by: f64, settle_after: Option<f64>| {
+        let mut c = base.clone();
+        let mut settled = Vec::new();
+        for o in c.operations.iter_mut().filter(|o| o["op"] == "consumer-scale" && o["detail"]["to"] == 1 && o["event"] == "requested") {
+            let t = o["t_s"].as_f64().unwrap() - by;
+            o["t_s"] = json!(t);
+            settled.extend(settle_after.map(|a| json!({ "t_s": t + a, "event": "settled", "op": "consumer-scale", "stream": o["stream"], "detail": {} })));
+        }
+        c.operations.extend(settled);
+        c.operations.sort_by(|a, b| a["t_s"].as_f64().unwrap().total_cmp(&b["t_s"].as_f64().unwrap()));
+        c
+    };
+    assert!(early(4.0, None).known("durable-nothing-skipped").is_empty(), "the request alone, 4 s before: past the 1 s margin");
+    assert_eq!(early(4.0, Some(3.5)).known("durable-nothing-skipped"), ids(&["durable-ack-floor-skip"]), "settled 3.5 s later: going to one replica then");
+    assert!(early(4.0, Some(1.0)).known("durable-nothing-skipped").is_empty(), "settled before the bracket, past the margin");
+    assert!(early(8.0, Some(60.0)).known("durable-nothing-skipped").is_empty(), "a settle a minute later counts for 5 s only");
+}
+
+/// Consumer peer evacuations of a one-replica consumer every few seconds, no fault: five
+/// skips, each message published while the consumer was moved, the first run of seven
+/// never delivered (the reproducer's `--evacuate`: 6 of 6, never delivered, no restart).
+#[test]
+fn durable_ack_floor_skip_explains_skips_and_losses_of_an_evacuated_r1_consumer() {
+    let c = case("durable-ack-floor-skip-evacuation");
+    assert_eq!(c.known("durable-nothing-skipped"), ids(&["durable-ack-floor-skip"]));
+    assert_eq!(c.known("durable-every-message-delivered"), ids(&["durable-ack-floor-skip"]));
+    assert!(c.faults.is_empty(), "no crash: an evacuation needs none");
+
+    let mut replicated = c.clone();
+    for o in replicated.operations.iter_mut().filter(|o| o["op"] == "consumer-peer-evacuate" && o["event"] == "requested") {
+        o["detail"]["peers"].as_array_mut().unwrap().push(json!("n9"));
+    }
+    assert!(replicated.known("durable-nothing-skipped").is_empty(), "a consumer of two replicas keeps a peer");
+    assert!(replicated.known("durable-every-message-delivered").is_empty());
+    let mut later = c.clone();
+    for o in later.operations.iter_mut().filter(|o| o["op"] == "consumer-peer-evacuate") {
+        o["t_s"] = json!(o["t_s"].as_f64().unwrap() + 600.0);
+    }
+    assert!(later.known("durable-nothing-skipped").is_empty(), "no evacuation near the publication");
+    assert!(c.with_version("2.11.0").known("durable-nothing-skipped").is_empty(), "another release");
+    let mut not_passed = c.clone();
+    for d in not_passed.failures("durable-every-message-delivered") {
+        d["floor_passed_it"] = json!(false);
+    }
+    assert!(not_passed.known("durable-every-message-delivered").is_empty(), "a message no floor passed");
+}
+
 #[test]
 fn a_property_failing_more_often_than_its_failures_were_kept_is_never_wholly_explained() {
     let mut c = case("durable-ack-floor-skip");

@@ -475,6 +475,8 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
                 // `account_for_absent` found the run's message stored there at this look.
                 v.details["stream_holds_it"] = json!(true);
                 v.details["never_delivered_acked_between_s"] = json!(judge.acked.acked_between(never).map(|(a, b)| [a, b]));
+                // Where the consumer was kept alone since (an evacuation of that server moves it).
+                v.details["alone_on_since_acked"] = json!(judge.acked.acked_between(never).map(|(a, _)| judge.servers_alone_since(Duration::from_secs_f64(a))));
             }
             match judge.floor.observe(ctx.live.now(), true) {
                 Confirmation::Confirmed { bad_for } => {
