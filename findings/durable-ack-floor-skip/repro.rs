@@ -134,34 +134,34 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let mut next_scale = Instant::now() + Duration::from_secs(2);
     let end = started + Duration::from_secs(args.seconds);
     while Instant::now() < end {
-        if Instant::now() >= next_scale && args.control {
-            next_scale = end;
-        } else if Instant::now() >= next_scale && args.evacuate {
-            let info = api(&client, "CONSUMER.INFO.S.D", &Value::Null).await;
-            if let Some(leader) = info.ok().and_then(|i| i["cluster"]["leader"].as_str().map(str::to_string)) {
-                let answer = if args.whole_server {
-                    api(&system, "SERVER.EVACUATE", &json!({ "peer": leader })).await
-                } else {
-                    api(&client, "CONSUMER.PEER.EVACUATE.S.D", &json!({ "peer": leader })).await
+        // The control changes nothing.
+        if !args.control && Instant::now() >= next_scale {
+            if args.evacuate {
+                let info = api(&client, "CONSUMER.INFO.S.D", &Value::Null).await;
+                if let Some(leader) = info.ok().and_then(|i| i["cluster"]["leader"].as_str().map(str::to_string)) {
+                    let answer = if args.whole_server {
+                        api(&system, "SERVER.EVACUATE", &json!({ "peer": leader })).await
+                    } else {
+                        api(&client, "CONSUMER.PEER.EVACUATE.S.D", &json!({ "peer": leader })).await
+                    };
+                    changes.push((started.elapsed().as_secs_f64(), format!("evacuate {}{leader}", if args.whole_server { "server " } else { "" })));
+                    if let Err(e) = answer {
+                        eprintln!("evacuate {leader}: {e}");
+                    }
+                }
+            } else {
+                replicas = loop {
+                    let r = rand::thread_rng().gen_range(1..=3);
+                    if r != replicas {
+                        break r;
+                    }
                 };
-                changes.push((started.elapsed().as_secs_f64(), format!("evacuate {}{leader}", if args.whole_server { "server " } else { "" })));
+                config["num_replicas"] = json!(replicas);
+                let answer = api(&client, "STREAM.UPDATE.S", &config).await;
+                changes.push((started.elapsed().as_secs_f64(), format!("R{replicas}")));
                 if let Err(e) = answer {
-                    eprintln!("evacuate {leader}: {e}");
+                    eprintln!("scale to R{replicas}: {e}");
                 }
-            }
-            next_scale = Instant::now() + Duration::from_millis(rand::thread_rng().gen_range(2000..=4000));
-        } else if Instant::now() >= next_scale {
-            replicas = loop {
-                let r = rand::thread_rng().gen_range(1..=3);
-                if r != replicas {
-                    break r;
-                }
-            };
-            config["num_replicas"] = json!(replicas);
-            let answer = api(&client, "STREAM.UPDATE.S", &config).await;
-            changes.push((started.elapsed().as_secs_f64(), format!("R{replicas}")));
-            if let Err(e) = answer {
-                eprintln!("scale to R{replicas}: {e}");
             }
             next_scale = Instant::now() + Duration::from_millis(rand::thread_rng().gen_range(2000..=4000));
         }

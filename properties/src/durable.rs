@@ -580,6 +580,13 @@ impl FloorJudge {
         Some(CrashQuestion { server, servers, delivered_after })
     }
 
+    /// Every server the consumer was found alone on since `seq` was acknowledged at the
+    /// earliest (none: when is not known): a crash or an evacuation of any of them can lose
+    /// what a floor passed.
+    pub fn alone_since_acked(&self, seq: u64) -> Option<Vec<String>> {
+        self.acked.acked_between(seq).map(|(from, _)| self.servers_alone_since(Duration::from_secs_f64(from)))
+    }
+
     /// Every server the consumer was found alone on since `t`: the one it was on at that
     /// time, and any it was found on later (the latest last; the last few changes only).
     pub fn servers_alone_since(&self, t: Duration) -> Vec<String> {

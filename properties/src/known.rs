@@ -204,6 +204,16 @@ fn faults_before<'a>(ev: &'a Evidence, kinds: &'a [&str], t: f64) -> impl Iterat
     ev.faults.iter().filter(move |e| e["event"] == "start" && kinds.contains(&text(e, "kind")) && e["t_s"].as_f64().is_some_and(|s| s <= t))
 }
 
+/// The nodes a fault event struck (each a name, or an object naming it).
+fn fault_nodes(e: &Value) -> impl Iterator<Item = &str> {
+    e["nodes"].as_array().into_iter().flatten().filter_map(|n| n["name"].as_str().or(n.as_str()))
+}
+
+/// A list of strings (none: not a list).
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array().into_iter().flatten().filter_map(Value::as_str).collect()
+}
+
 /// A `[from, to]` pair of seconds.
 fn bracket(v: &Value) -> Option<(f64, f64)> {
     Some((v.get(0)?.as_f64()?, v.get(1)?.as_f64()?))
@@ -238,11 +248,14 @@ enum ToOneReplica {
 /// one-replica consumer, or the evacuation of a server the consumer was alone on since the
 /// message was published, `alone_on_since_acked`).
 fn moved_to_one_replica(ev: &Evidence, d: &Value, lo: f64, hi: f64) -> Option<ToOneReplica> {
-    let alone_on: Vec<&str> = d["alone_on_since_acked"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let alone_on = strings(&d["alone_on_since_acked"]);
     ev.operations.iter().find_map(|o| {
         let t = o["t_s"].as_f64()?;
+        if o["event"] != "requested" || !same_stream(o, d) || t > hi + SKIP_NEAR_R1_S {
+            return None;
+        }
         let until = settled_at(ev, o, t).unwrap_or(t).min(t + SKIP_TO_ONE_MAX_S);
-        if o["event"] != "requested" || !same_stream(o, d) || t > hi + SKIP_NEAR_R1_S || until < lo - SKIP_NEAR_R1_S {
+        if until < lo - SKIP_NEAR_R1_S {
             return None;
         }
         let r = &o["detail"];
@@ -272,7 +285,7 @@ fn ack_floor_skip(f: &Failure, ev: &Evidence) -> bool {
 fn skip_never_delivered(f: &Failure, ev: &Evidence) -> bool {
     let d = f.details;
     let (Some(seq), Some((published, until))) = (d["first_late"].as_u64(), bracket(&d["acked_between_s"])) else { return false };
-    let servers: Vec<&str> = d["alone_on_since_acked"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let servers = strings(&d["alone_on_since_acked"]);
     // A skip of this stream the issue explains, whose floor passed this message too (a
     // floor passes a run of messages; the skip names the first).
     let explained_skip = ev.failures.iter().any(|(p, t, s)| {
@@ -282,8 +295,7 @@ fn skip_never_delivered(f: &Failure, ev: &Evidence) -> bool {
     let crashed = || {
         faults_before(ev, &["kill", "restart", "power-loss", "power-loss-all"], f.t_s)
             .filter(|e| e["t_s"].as_f64().is_some_and(|t| t >= published))
-            .flat_map(|e| e["nodes"].as_array().into_iter().flatten())
-            .filter_map(|n| n["name"].as_str().or(n.as_str()))
+            .flat_map(fault_nodes)
             .any(|n| servers.contains(&n))
     };
     let lost_by = match moved_to_one_replica(ev, d, published, until) {
@@ -364,8 +376,7 @@ fn is_block_of(touched: &Value, stream: &str) -> bool {
 fn blocks_corrupted_before<'a>(ev: &'a Evidence, stream: &'a str, t: f64) -> impl Iterator<Item = &'a str> {
     faults_before(ev, &["corrupt"], t)
         .filter(move |e| e["detail"]["touched"].as_array().into_iter().flatten().any(|f| is_block_of(f, stream)))
-        .flat_map(|e| e["nodes"].as_array().into_iter().flatten())
-        .filter_map(|n| n["name"].as_str().or(n.as_str()))
+        .flat_map(fault_nodes)
 }
 
 /// Messages of `stream` a truncation of one of its message blocks cut off before `t`, at
@@ -452,8 +463,7 @@ fn says_snapshot_corrupt(d: &Value, stream: &str) -> bool {
 fn snapshots_corrupted_before(ev: &Evidence, t: f64) -> Vec<&str> {
     faults_before(ev, &["corrupt"], t)
         .filter(|e| e["detail"]["touched"].as_array().into_iter().flatten().any(|f| text(f, "file").contains("/_js_/S-") && text(f, "file").contains("/snapshots/")))
-        .flat_map(|e| e["nodes"].as_array().into_iter().flatten())
-        .filter_map(|n| n["name"].as_str().or(n.as_str()))
+        .flat_map(fault_nodes)
         .collect()
 }
 

@@ -210,8 +210,7 @@ async fn drive(
                     }
                     let races = redeliveries.expire(ctx.live.now(), 3 * ctx.cfg.durable.ack_wait);
                     Stats::add(&ctx.stats.durable_redelivery_races, races.len() as u64);
-                    ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
-                    ctx.stats.durable_received_high.store(ledger.received_high(), std::sync::atomic::Ordering::Relaxed);
+                    publish_received(ctx, ledger);
                     // What a stall's failure shows: the first sequence never delivered, the
                     // ones held back on purpose, and the consumer as last seen.
                     catch_up.consumer = json!({ "first_not_delivered": ledger.received_floor() + 1, "confirmed_floor": ledger.confirmed_floor(), "left_unacknowledged": skipped.len(),
@@ -260,8 +259,7 @@ async fn drive(
                         report_undone(judge, ctx, v).await;
                     }
                     Stats::add(&ctx.stats.durable_delivered, 1);
-                    ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
-                    ctx.stats.durable_received_high.store(ledger.received_high(), std::sync::atomic::Ordering::Relaxed);
+                    publish_received(ctx, ledger);
                     if delivered > 1 {
                         Stats::add(&ctx.stats.durable_redelivered, 1);
                     }
@@ -475,8 +473,7 @@ async fn look(judge: &mut FloorJudge, ctx: &Ctx, client: &async_nats::Client, le
                 // `account_for_absent` found the run's message stored there at this look.
                 v.details["stream_holds_it"] = json!(true);
                 v.details["never_delivered_acked_between_s"] = json!(judge.acked.acked_between(never).map(|(a, b)| [a, b]));
-                // Where the consumer was kept alone since (an evacuation of that server moves it).
-                v.details["alone_on_since_acked"] = json!(judge.acked.acked_between(never).map(|(a, _)| judge.servers_alone_since(Duration::from_secs_f64(a))));
+                v.details["alone_on_since_acked"] = json!(judge.alone_since_acked(never));
             }
             match judge.floor.observe(ctx.live.now(), true) {
                 Confirmation::Confirmed { bad_for } => {
@@ -533,12 +530,18 @@ fn judge_delivery(ctx: &Ctx, ledger: &DurableLedger, judge: &FloorJudge, deliver
                 "never_received": never, "acked_between_s": judge.acked.acked_between(from).map(|(a, b)| [a, b]),
                 "deadline_s": (ctx.cfg.durable.ack_wait + ctx.cfg.liveness.window).as_secs_f64(),
                 "floor_passed_it": ledger.was_passed(from),
-                // Where it was kept alone since (a crash there loses what the floor passed).
-                "alone_on_since_acked": judge.acked.acked_between(from).map(|(a, _)| judge.servers_alone_since(Duration::from_secs_f64(a))),
+                "alone_on_since_acked": judge.alone_since_acked(from),
                 "received_floor": ledger.received_floor(), "consumer_at_last_look": judge.last_look,
                 "problem": "acknowledged messages still stored were not delivered to the durable consumer within its ack wait plus the liveness window" }));
         }
     }
+}
+
+/// How far the consumer received everything, and the highest it received, for the
+/// progress lines, the operator and the outage meter.
+fn publish_received(ctx: &Ctx, ledger: &DurableLedger) {
+    ctx.stats.durable_received.store(ledger.received_floor(), std::sync::atomic::Ordering::Relaxed);
+    ctx.stats.durable_received_high.store(ledger.received_high(), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// One "consumer not found" answer, confirmed over time.

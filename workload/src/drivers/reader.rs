@@ -76,7 +76,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
         // The consumer of the last delivery, and how many this message stream delivered.
         let mut consumer_name = String::new();
         let mut delivered = 0u64;
-        let goal = match until { Until::Cancelled => Stats::get(&ctx.stats.last_acked_seq), Until::Seq(last) => last };
+        let goal = read_target(ctx, until);
         let Some((mut messages, own_name, pending, placed)) = ctx
             .live
             .retry("create ordered consumer", Property::ConsumerEventuallyCatchesUp, &ctx.cancel, create)
@@ -105,7 +105,7 @@ pub async fn read(ctx: &Ctx, until: Until, verified: &AtomicU64) -> anyhow::Resu
             let next = tokio::select! {
                 _ = ctx.cancel.cancelled() => return Ok(verifier.next_seq()),
                 _ = tick.tick() => {
-                    let goal = match until { Until::Cancelled => Stats::get(&ctx.stats.last_acked_seq), Until::Seq(last) => last };
+                    let goal = read_target(ctx, until);
                     if stuck.stuck(ctx.live.now(), verifier.consumed(), goal, ctx.cfg.liveness.outage_bound / 4) {
                         // A consumer that delivers nothing while the stream holds more: the
                         // client would wait two missed heartbeats (30 s) to replace it. A
@@ -257,6 +257,14 @@ impl Stuck {
         }
         self.since = now;
         true
+    }
+}
+
+/// The last sequence the reader is to read now.
+fn read_target(ctx: &Ctx, until: Until) -> u64 {
+    match until {
+        Until::Cancelled => Stats::get(&ctx.stats.last_acked_seq),
+        Until::Seq(last) => last,
     }
 }
 
