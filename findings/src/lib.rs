@@ -4,6 +4,8 @@
 //! Each reproducer is one file under `findings/<id>/` that starts its own cluster per trial,
 //! drives it with async-nats only, and prints one JSON line per trial and a summary.
 
+pub mod r1_move;
+
 use anyhow::{bail, Context};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

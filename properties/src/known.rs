@@ -168,8 +168,8 @@ pub const ISSUES: &[KnownIssue] = &[
     },
     KnownIssue {
         id: "dedup-id-stuck-in-process",
-        title: "writes stall after the stream is scaled to one replica: the message sent as its group is replaced is answered \"duplicate message id is in process\" (10158) until the duplicate window forgets it, or not answered until the next leader change",
-        status: Status::Suspected,
+        title: "writes stall after the stream is scaled to one replica: the publish in flight as its group is replaced is dropped, and once the stream is replicated again under the same leader (a move or scale up asked for before the resend) every resend is answered \"duplicate message id is in process\" (10158) until the stream's leader changes or the duplicate window forgets the id",
+        status: Status::Reproduced,
         versions: &["2.15.1"],
         properties: &[Property::PublishEventuallyAcked, Property::OperationOutageBounded],
         trigger: "a publish window ran out on 10158, every try having met nothing else for at least the window's quiet part (at least 10 s), or the same stream having been scaled from several replicas to one 4-10 s before the window opened; or a write outage (no fault in force) began 0-4 s after such a request",

@@ -334,7 +334,7 @@ fn dedup_id_stuck_matches_its_real_case_only() {
     assert_eq!(c.known("publish-eventually-acked"), ids(&["dedup-id-stuck-in-process"]));
     let r = c.judged();
     assert_eq!((r["verdict"].as_str(), r["verdict_without_known"].as_str()), (Some("fail"), Some("pass")), "{}", r["unexplained"]);
-    assert_eq!(r["known_issues"][0]["status"], "suspected");
+    assert_eq!(r["known_issues"][0]["status"], "reproduced");
 
     assert!(c.with_version("2.14.6").known("publish-eventually-acked").is_empty(), "another release");
     let mut no_r1 = c.clone();
