@@ -138,6 +138,24 @@ impl Cluster {
         self.nodes[i].spawn(&self.bin)
     }
 
+    /// Stops node `i`, wipes its store and starts it again under `name` (same ports): a
+    /// server replaced by a new one, as after `SERVER.REMOVE` of the old name.
+    pub fn wipe_and_rename(&mut self, i: usize, name: &str) -> anyhow::Result<()> {
+        let node = &mut self.nodes[i];
+        node.stop();
+        std::fs::remove_dir_all(&node.store)?;
+        std::fs::create_dir_all(&node.store)?;
+        let text = std::fs::read_to_string(&node.config)?.replacen(&format!("server_name: {}\n", node.name), &format!("server_name: {name}\n"), 1);
+        std::fs::write(&node.config, text)?;
+        node.name = name.to_string();
+        node.spawn(&self.bin)
+    }
+
+    /// A client of the system account (user `sys`), for the meta group's API.
+    pub async fn system_client(&self) -> anyhow::Result<async_nats::Client> {
+        Ok(async_nats::ConnectOptions::with_user_and_password("sys".into(), "sys".into()).connect(self.urls()).await?)
+    }
+
     /// Log lines of every node containing any of `needles`, prefixed with the node's name.
     pub fn log_lines(&self, needles: &[&str]) -> Vec<String> {
         let mut out = Vec::new();
