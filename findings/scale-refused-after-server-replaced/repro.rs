@@ -38,6 +38,10 @@ struct Args {
     /// server had been cut off until 15 s before.
     #[arg(long, default_value_t = 0)]
     spare_down: u64,
+    /// Create the stream with one replica and scale it to four just before the stepdown,
+    /// so the replica is removed while the scale is still copying.
+    #[arg(long)]
+    from_r1: bool,
     /// Seconds watched after the removal, at most.
     #[arg(long, default_value_t = 150)]
     observe: u64,
@@ -62,8 +66,13 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
     let system = cluster.system_client().await?;
     let config = stream_config("S", "s", 4);
-    findings::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
+    let first = stream_config("S", "s", if args.from_r1 { 1 } else { 4 });
+    findings::retry(|| api(&client, "STREAM.CREATE.S", &first)).await?;
     r1_move::fill(&client, args.backlog, 128).await?;
+    if args.from_r1 {
+        findings::retry(|| api(&client, "STREAM.UPDATE.S", &config)).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let info = findings::retry(|| api(&client, "STREAM.INFO.S", &Value::Null)).await?;
     // A replica that is not the leader: its removal needs a replacement, not an election.
     let victim = info["cluster"]["replicas"].as_array().and_then(|r| r.first()).and_then(|r| r["name"].as_str()).unwrap_or("").to_string();
