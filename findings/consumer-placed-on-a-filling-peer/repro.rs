@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "consumer-placed-on-a-filling-peer";
 
+/// Where does a new ephemeral consumer go while one of its stream's peers is still catching the stream up, and what does it answer from there? No faults.
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

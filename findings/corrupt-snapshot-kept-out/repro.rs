@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "corrupt-snapshot-kept-out";
 
+/// A follower whose Raft snapshot of the stream was damaged while its server was down: is it rebuilt from the other two copies, or kept out of the stream's group? See README.md beside this file.
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "corrupted-copy-kept";
 
+/// A replica whose message block was cut short while its server was down: is it repaired from the other two copies, or kept with a hole? See README.md beside this file.
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

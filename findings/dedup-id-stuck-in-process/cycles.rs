@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "dedup-id-stuck-in-process-cycles";
 
+/// A retried `Nats-Msg-Id` is answered 10158 "duplicate message id is in process" for as long as the stream's duplicate window, after the stream is scaled R3 → R1 → R3 while a pipelined publisher is sending (no faults): the variants that have not shown it (0 of 22 trials); `repro.rs` beside it shows it.
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

@@ -16,50 +16,27 @@
 //! (the dropped publish's own ack timeout, 5 s, comes first).
 
 use clap::Parser;
-use findings::r1_move::{self, Writes};
+use findings::r1_move::{self, MoveTrial, Writes};
 use findings::{api, stream_config, Cluster};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 const ID: &str = "dedup-id-stuck-in-process";
 
+/// A scale to one replica and, at once, an evacuation of its server, under a publisher with ids:
+/// how long are writes refused 10158 "in process"?
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]
     trials: findings::Trials,
-    /// Servers in the cluster.
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
-    /// Messages in the stream before the publisher starts.
-    #[arg(long, default_value_t = 200_000)]
-    backlog: u64,
-    /// Bytes per message.
-    #[arg(long, default_value_t = 128)]
-    payload: usize,
-    /// Publishes awaiting their acks at once.
-    #[arg(long, default_value_t = 16)]
-    depth: usize,
-    /// Seconds of publishing before the scale to R1.
-    #[arg(long, default_value_t = 5)]
-    warmup: u64,
+    #[command(flatten)]
+    t: MoveTrial,
     /// Milliseconds from the scale request to the evacuation request.
     #[arg(long, default_value_t = 1000)]
     evacuate_after_ms: u64,
     /// Scale to R1 only, no evacuation.
     #[arg(long)]
     control: bool,
-    /// Move the stream with placement tags instead of evacuating it (releases before 2.15).
-    #[arg(long)]
-    move_by_tags: bool,
-    /// Seconds watched after the scale, at most.
-    #[arg(long, default_value_t = 300)]
-    observe: u64,
-    /// Seconds watched once the move has settled.
-    #[arg(long, default_value_t = 30)]
-    after_settle: u64,
-    /// Seconds without an ack that count as showing it.
-    #[arg(long, default_value_t = 20.0)]
-    stall: f64,
 }
 
 #[tokio::main]
@@ -69,22 +46,22 @@ async fn main() -> anyhow::Result<()> {
     args.trials.run(ID, |dir| async move {
         let details = run_trial(args, &dir).await?;
         let w = &details["writes"];
-        let stalled = w["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.stall;
-        Ok((stalled && r1_move::answered_for(w, "Other 10158") >= args.stall - 10.0, details))
+        let stalled = w["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall;
+        Ok((stalled && r1_move::answered_for(w, "Other 10158") >= args.t.stall - 10.0, details))
     })
     .await
 }
 
 async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> {
-    let cluster = Cluster::start(&args.trials.server, args.nodes, dir, true).await?;
+    let cluster = Cluster::start(&args.trials.server, args.t.nodes, dir, true).await?;
     let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
     let mut config = stream_config("S", "s", 3);
     findings::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
-    r1_move::fill(&client, args.backlog, args.payload).await?;
+    r1_move::fill(&client, args.t.backlog, args.t.payload).await?;
 
-    let scale_at = Instant::now() + Duration::from_secs(args.warmup);
+    let scale_at = Instant::now() + Duration::from_secs(args.t.warmup);
     let clock = r1_move::clock(scale_at);
-    let writes = Writes::start(client.clone(), args.depth, args.payload, args.backlog + 1, clock);
+    let writes = Writes::start(client.clone(), args.t.depth, args.t.payload, args.t.backlog + 1, clock);
     tokio::time::sleep_until(scale_at.into()).await;
 
     config["num_replicas"] = json!(1);
@@ -96,18 +73,18 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
         // The one server left once the scale has taken.
         moved_from = r1_move::single_peer(&client, Duration::from_secs(5)).await;
         let mut event = match &moved_from {
-            Some(p) => r1_move::move_off(&client, &cluster, &mut config, p, args.move_by_tags).await,
+            Some(p) => r1_move::move_off(&client, &cluster, &mut config, p, args.t.move_by_tags).await,
             None => json!({ "event": "no single peer within 5 s: not moved" }),
         };
         event["t_s"] = json!(clock());
         asked.push(event);
     }
-    let watched = r1_move::watch(&client, moved_from.as_deref(), clock, args.observe as f64, args.after_settle as f64).await;
+    let watched = r1_move::watch(&client, moved_from.as_deref(), clock, args.t.observe as f64, args.t.after_settle as f64).await;
     let writes = writes.stop(clock());
-    if writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.stall {
+    if writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall {
         let lines = cluster.log_lines(&["> S'", "remapping", "stream leader", "Catchup", "catchup", "stalled", "Quorum"]);
         std::fs::write(dir.join("server-lines.txt"), lines.join("\n"))?;
     }
-    Ok(json!({ "nodes": args.nodes, "backlog": args.backlog, "evacuate_after_ms": (!args.control).then_some(args.evacuate_after_ms),
+    Ok(json!({ "nodes": args.t.nodes, "backlog": args.t.backlog, "evacuate_after_ms": (!args.control).then_some(args.evacuate_after_ms),
                "asked": asked, "writes": writes, "stream": watched, "dir": dir }))
 }

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "durable-ack-floor-skip";
 
+/// A durable consumer's ack floor passes a message it never delivered, while its stream's replica count changes (no faults).
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

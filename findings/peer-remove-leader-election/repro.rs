@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "peer-remove-leader-election";
 
+/// How long does a stream stop acknowledging publishes when one of its peers is removed (`$JS.API.STREAM.PEER.REMOVE`) while a pipelined publisher is sending? No faults.
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

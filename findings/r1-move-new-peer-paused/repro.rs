@@ -13,44 +13,20 @@
 //! that fewer entries pile up) is the control.
 
 use clap::Parser;
-use findings::r1_move::{self, Writes};
+use findings::r1_move::{self, MoveTrial, Writes};
 use findings::{api, stream_config, Cluster};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 const ID: &str = "r1-move-new-peer-paused";
 
+/// A one-replica stream moved under writes: does its new server pause the quorum after its copy?
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]
     trials: findings::Trials,
-    /// Servers in the cluster.
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
-    /// Messages in the stream before the publisher starts.
-    #[arg(long, default_value_t = 200_000)]
-    backlog: u64,
-    /// Bytes per message.
-    #[arg(long, default_value_t = 128)]
-    payload: usize,
-    /// Publishes awaiting their acks at once.
-    #[arg(long, default_value_t = 16)]
-    depth: usize,
-    /// Seconds of publishing before the move.
-    #[arg(long, default_value_t = 5)]
-    warmup: u64,
-    /// Move the stream with placement tags instead of evacuating it (releases before 2.15).
-    #[arg(long)]
-    move_by_tags: bool,
-    /// Seconds watched after the move was asked for, at most.
-    #[arg(long, default_value_t = 300)]
-    observe: u64,
-    /// Seconds watched once the move has settled.
-    #[arg(long, default_value_t = 30)]
-    after_settle: u64,
-    /// Seconds without an ack that count as showing it.
-    #[arg(long, default_value_t = 20.0)]
-    stall: f64,
+    #[command(flatten)]
+    t: MoveTrial,
 }
 
 #[tokio::main]
@@ -59,37 +35,37 @@ async fn main() -> anyhow::Result<()> {
     let args = &args;
     args.trials.run(ID, |dir| async move {
         let details = run_trial(args, &dir).await?;
-        let stalled = details["writes"]["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.stall;
+        let stalled = details["writes"]["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall;
         Ok((stalled && details["quorum_paused"].as_array().is_some_and(|l| !l.is_empty()), details))
     })
     .await
 }
 
 async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> {
-    let cluster = Cluster::start(&args.trials.server, args.nodes, dir, true).await?;
+    let cluster = Cluster::start(&args.trials.server, args.t.nodes, dir, true).await?;
     let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
     let mut config = stream_config("S", "s", 1);
     findings::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
-    r1_move::fill(&client, args.backlog, args.payload).await?;
+    r1_move::fill(&client, args.t.backlog, args.t.payload).await?;
 
-    let move_at = Instant::now() + Duration::from_secs(args.warmup);
+    let move_at = Instant::now() + Duration::from_secs(args.t.warmup);
     let clock = r1_move::clock(move_at);
-    let writes = Writes::start(client.clone(), args.depth, args.payload, args.backlog + 1, clock);
+    let writes = Writes::start(client.clone(), args.t.depth, args.t.payload, args.t.backlog + 1, clock);
     tokio::time::sleep_until(move_at.into()).await;
 
     let moved_from = r1_move::single_peer(&client, Duration::from_secs(5)).await;
     let mut asked = match &moved_from {
-        Some(p) => r1_move::move_off(&client, &cluster, &mut config, p, args.move_by_tags).await,
+        Some(p) => r1_move::move_off(&client, &cluster, &mut config, p, args.t.move_by_tags).await,
         None => json!({ "event": "no single peer within 5 s: not moved" }),
     };
     asked["t_s"] = json!(clock());
-    let watched = r1_move::watch(&client, moved_from.as_deref(), clock, args.observe as f64, args.after_settle as f64).await;
+    let watched = r1_move::watch(&client, moved_from.as_deref(), clock, args.t.observe as f64, args.t.after_settle as f64).await;
     let writes = writes.stop(clock());
     let lines = cluster.log_lines(&["> S'", "remapping", "stream leader", "Catchup", "catchup", "stalled", "Quorum"]);
     let paused: Vec<&String> = lines.iter().filter(|l| l.contains("Quorum paused")).collect();
-    if writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.stall {
+    if writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall {
         std::fs::write(dir.join("server-lines.txt"), lines.join("\n"))?;
     }
-    Ok(json!({ "nodes": args.nodes, "backlog": args.backlog, "asked": asked, "writes": writes, "stream": watched,
+    Ok(json!({ "nodes": args.t.nodes, "backlog": args.t.backlog, "asked": asked, "writes": writes, "stream": watched,
                "quorum_paused": paused, "dir": dir }))
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "r1-move-tail-lost";
 
+/// Moving an R1 stream whose new server keeps failing to catch up: is the acknowledged tail still there once the move has settled? See README.md beside this file.
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 const ID: &str = "scale-refused-after-server-replaced";
 
+/// Right after a meta leader change, a server holding a replica of an R4 stream is removed and comes back wiped under a new name: how long does the stream's R4 update (the same configuration, asked again) get 10005 "no suitable peers for placement"? See README.md beside this file.
 #[derive(Parser)]
 struct Args {
     #[command(flatten)]

@@ -13,6 +13,39 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What both move programs are given besides their trials: the cluster, the load, the move
+/// and how long to watch it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MoveTrial {
+    /// Servers in the cluster.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Messages in the stream before the publisher starts.
+    #[arg(long, default_value_t = 200_000)]
+    pub backlog: u64,
+    /// Bytes per message.
+    #[arg(long, default_value_t = 128)]
+    pub payload: usize,
+    /// Publishes awaiting their acks at once.
+    #[arg(long, default_value_t = 16)]
+    pub depth: usize,
+    /// Seconds of publishing before the operation under test.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: u64,
+    /// Move the stream with placement tags instead of evacuating it (releases before 2.15).
+    #[arg(long)]
+    pub move_by_tags: bool,
+    /// Seconds watched after the operation under test, at most.
+    #[arg(long, default_value_t = 300)]
+    pub observe: u64,
+    /// Seconds watched once the move has settled.
+    #[arg(long, default_value_t = 30)]
+    pub after_settle: u64,
+    /// Seconds without an ack that count as showing it.
+    #[arg(long, default_value_t = 20.0)]
+    pub stall: f64,
+}
+
 /// Seconds since `zero` (negative before it).
 pub fn clock(zero: Instant) -> impl Fn() -> f64 + Copy + Send + 'static {
     move || {
