@@ -16,8 +16,8 @@
 //! (the dropped publish's own ack timeout, 5 s, comes first).
 
 use clap::Parser;
-use findings::r1_move::{self, MoveTrial, Writes};
-use findings::{api, stream_config, Cluster};
+use findings::api;
+use findings::r1_move::{self, MoveTrial};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -46,45 +46,26 @@ async fn main() -> anyhow::Result<()> {
     args.trials.run(ID, |dir| async move {
         let details = run_trial(args, &dir).await?;
         let w = &details["writes"];
-        let stalled = w["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall;
-        Ok((stalled && r1_move::answered_for(w, "Other 10158") >= args.t.stall - 10.0, details))
+        Ok((args.t.stalled(w) && r1_move::answered_for(w, "Other 10158") >= args.t.stall - 10.0, details))
     })
     .await
 }
 
 async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> {
-    let cluster = Cluster::start(&args.trials.server, args.t.nodes, dir, true).await?;
-    let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
-    let mut config = stream_config("S", "s", 3);
-    findings::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
-    r1_move::fill(&client, args.t.backlog, args.t.payload).await?;
-
-    let scale_at = Instant::now() + Duration::from_secs(args.t.warmup);
-    let clock = r1_move::clock(scale_at);
-    let writes = Writes::start(client.clone(), args.t.depth, args.t.payload, args.t.backlog + 1, clock);
-    tokio::time::sleep_until(scale_at.into()).await;
-
-    config["num_replicas"] = json!(1);
-    let answer = api(&client, "STREAM.UPDATE.S", &config).await;
-    let mut asked = vec![json!({ "t_s": clock(), "event": "scale 3 -> 1", "error": answer.err().map(|e| e.to_string()) })];
+    let mut trial = args.t.start(&args.trials.server, dir, 3).await?;
+    let scale_at = Instant::now();
+    trial.config["num_replicas"] = json!(1);
+    let answer = api(&trial.client, "STREAM.UPDATE.S", &trial.config).await;
+    let mut asked = vec![json!({ "t_s": trial.now(), "event": "scale 3 -> 1", "error": answer.err().map(|e| e.to_string()) })];
     let mut moved_from = None;
     if !args.control {
         tokio::time::sleep_until((scale_at + Duration::from_millis(args.evacuate_after_ms)).into()).await;
         // The one server left once the scale has taken.
-        moved_from = r1_move::single_peer(&client, Duration::from_secs(5)).await;
-        let mut event = match &moved_from {
-            Some(p) => r1_move::move_off(&client, &cluster, &mut config, p, args.t.move_by_tags).await,
-            None => json!({ "event": "no single peer within 5 s: not moved" }),
-        };
-        event["t_s"] = json!(clock());
+        let (from, event) = trial.move_off(args.t.move_by_tags).await;
         asked.push(event);
+        moved_from = from;
     }
-    let watched = r1_move::watch(&client, moved_from.as_deref(), clock, args.t.observe as f64, args.t.after_settle as f64).await;
-    let writes = writes.stop(clock());
-    if writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall {
-        let lines = cluster.log_lines(&["> S'", "remapping", "stream leader", "Catchup", "catchup", "stalled", "Quorum"]);
-        std::fs::write(dir.join("server-lines.txt"), lines.join("\n"))?;
-    }
+    let seen = trial.finish(&args.t, moved_from.as_deref()).await?;
     Ok(json!({ "nodes": args.t.nodes, "backlog": args.t.backlog, "evacuate_after_ms": (!args.control).then_some(args.evacuate_after_ms),
-               "asked": asked, "writes": writes, "stream": watched, "dir": dir }))
+               "asked": asked, "writes": seen.writes, "stream": seen.stream, "dir": dir }))
 }

@@ -13,10 +13,8 @@
 //! that fewer entries pile up) is the control.
 
 use clap::Parser;
-use findings::r1_move::{self, MoveTrial, Writes};
-use findings::{api, stream_config, Cluster};
+use findings::r1_move::MoveTrial;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 const ID: &str = "r1-move-new-peer-paused";
 
@@ -35,37 +33,17 @@ async fn main() -> anyhow::Result<()> {
     let args = &args;
     args.trials.run(ID, |dir| async move {
         let details = run_trial(args, &dir).await?;
-        let stalled = details["writes"]["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall;
-        Ok((stalled && details["quorum_paused"].as_array().is_some_and(|l| !l.is_empty()), details))
+        let paused = details["quorum_paused"].as_array().is_some_and(|l| !l.is_empty());
+        Ok((args.t.stalled(&details["writes"]) && paused, details))
     })
     .await
 }
 
 async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> {
-    let cluster = Cluster::start(&args.trials.server, args.t.nodes, dir, true).await?;
-    let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
-    let mut config = stream_config("S", "s", 1);
-    findings::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
-    r1_move::fill(&client, args.t.backlog, args.t.payload).await?;
-
-    let move_at = Instant::now() + Duration::from_secs(args.t.warmup);
-    let clock = r1_move::clock(move_at);
-    let writes = Writes::start(client.clone(), args.t.depth, args.t.payload, args.t.backlog + 1, clock);
-    tokio::time::sleep_until(move_at.into()).await;
-
-    let moved_from = r1_move::single_peer(&client, Duration::from_secs(5)).await;
-    let mut asked = match &moved_from {
-        Some(p) => r1_move::move_off(&client, &cluster, &mut config, p, args.t.move_by_tags).await,
-        None => json!({ "event": "no single peer within 5 s: not moved" }),
-    };
-    asked["t_s"] = json!(clock());
-    let watched = r1_move::watch(&client, moved_from.as_deref(), clock, args.t.observe as f64, args.t.after_settle as f64).await;
-    let writes = writes.stop(clock());
-    let lines = cluster.log_lines(&["> S'", "remapping", "stream leader", "Catchup", "catchup", "stalled", "Quorum"]);
-    let paused: Vec<&String> = lines.iter().filter(|l| l.contains("Quorum paused")).collect();
-    if writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= args.t.stall {
-        std::fs::write(dir.join("server-lines.txt"), lines.join("\n"))?;
-    }
-    Ok(json!({ "nodes": args.t.nodes, "backlog": args.t.backlog, "asked": asked, "writes": writes, "stream": watched,
+    let mut trial = args.t.start(&args.trials.server, dir, 1).await?;
+    let (moved_from, asked) = trial.move_off(args.t.move_by_tags).await;
+    let seen = trial.finish(&args.t, moved_from.as_deref()).await?;
+    let paused: Vec<&String> = seen.lines.iter().filter(|l| l.contains("Quorum paused")).collect();
+    Ok(json!({ "nodes": args.t.nodes, "backlog": args.t.backlog, "asked": asked, "writes": seen.writes, "stream": seen.stream,
                "quorum_paused": paused, "dir": dir }))
 }

@@ -4,12 +4,13 @@
 //!
 //! Times are seconds on a trial's clock: 0 at the operation under test, negative before.
 
-use crate::{api, Cluster};
+use crate::{api, stream_config, Cluster};
 use async_nats::jetstream::{self, message::PublishMessage};
 use futures::stream::FuturesOrdered;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,93 @@ pub struct MoveTrial {
     /// Seconds without an ack that count as showing it.
     #[arg(long, default_value_t = 20.0)]
     pub stall: f64,
+}
+
+impl MoveTrial {
+    /// A fresh cluster with stream `S` of `replicas` filled with `--backlog` messages, and
+    /// the publisher started; returns once `--warmup` seconds of publishing have passed,
+    /// the moment the operation under test is due (0 on the trial's clock).
+    pub async fn start(&self, server: &Path, dir: &Path, replicas: usize) -> anyhow::Result<Trial> {
+        let cluster = Cluster::start(server, self.nodes, dir, true).await?;
+        let client = async_nats::ConnectOptions::new().connect(cluster.urls()).await?;
+        let config = stream_config("S", "s", replicas);
+        crate::retry(|| api(&client, "STREAM.CREATE.S", &config)).await?;
+        fill(&client, self.backlog, self.payload).await?;
+        let zero = Instant::now() + Duration::from_secs(self.warmup);
+        let writes = Writes::start(client.clone(), self.depth, self.payload, self.backlog + 1, clock(zero));
+        tokio::time::sleep_until(zero.into()).await;
+        Ok(Trial { cluster, client, config, zero, writes })
+    }
+
+    /// Whether a `Writes::stop` summary went `--stall` seconds without an ack.
+    pub fn stalled(&self, writes: &Value) -> bool {
+        writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= self.stall
+    }
+}
+
+/// A trial under way (`MoveTrial::start`): its cluster, a client, the stream's
+/// configuration as last asked for, and the publisher.
+pub struct Trial {
+    pub cluster: Cluster,
+    pub client: async_nats::Client,
+    pub config: Value,
+    zero: Instant,
+    writes: Writes,
+}
+
+/// What a trial saw once it was watched to its end (`Trial::finish`).
+pub struct Watched {
+    /// The publisher's summary (`Writes::stop`).
+    pub writes: Value,
+    /// The stream's placement as it changed (`watch`).
+    pub stream: Value,
+    /// The servers' log lines about the stream's group, its copies and its quorum.
+    pub lines: Vec<String>,
+}
+
+impl Trial {
+    /// Seconds on the trial's clock.
+    pub fn now(&self) -> f64 {
+        clock(self.zero)()
+    }
+
+    /// Moves stream `S` off the one server holding it (its leader with no other peer,
+    /// asked for at most 5 s): `STREAM.PEER.EVACUATE` (2.15), or with `by_tags` a placement
+    /// on the tag of the first other node (node `nK` carries `tK`; releases before 2.15 have
+    /// no evacuation). That server, if found, and what was asked and answered, when.
+    pub async fn move_off(&mut self, by_tags: bool) -> (Option<String>, Value) {
+        let (client, config) = (&self.client, &mut self.config);
+        let peer = single_peer(client, Duration::from_secs(5)).await;
+        let mut asked = match &peer {
+            None => json!({ "event": "no single peer within 5 s: not moved" }),
+            Some(peer) if by_tags => {
+                let to = self.cluster.nodes.iter().map(|n| n.name.clone()).find(|n| n != peer).unwrap_or_default();
+                config["placement"] = json!({ "tags": [to.replacen('n', "t", 1)] });
+                let answer = api(client, "STREAM.UPDATE.S", config).await;
+                json!({ "event": format!("move {peer} -> {to}"), "error": answer.err().map(|e| e.to_string()) })
+            }
+            Some(peer) => {
+                let answer = api(client, "STREAM.PEER.EVACUATE.S", &json!({ "peer": peer })).await;
+                json!({ "event": format!("evacuate {peer}"), "error": answer.err().map(|e| e.to_string()) })
+            }
+        };
+        asked["t_s"] = json!(self.now());
+        (peer, asked)
+    }
+
+    /// Watches the stream (`watch`, as `t` says) after a move off `moved_from`, stops the
+    /// publisher, and reads the servers' logs; a trial that stalled keeps those lines in
+    /// `server-lines.txt` under its directory.
+    pub async fn finish(self, t: &MoveTrial, moved_from: Option<&str>) -> anyhow::Result<Watched> {
+        let clock = clock(self.zero);
+        let stream = watch(&self.client, moved_from, clock, t.observe as f64, t.after_settle as f64).await;
+        let writes = self.writes.stop(clock());
+        let lines = self.cluster.log_lines(&["> S'", "remapping", "stream leader", "Catchup", "catchup", "stalled", "Quorum"]);
+        if t.stalled(&writes) {
+            std::fs::write(self.cluster.dir.join("server-lines.txt"), lines.join("\n"))?;
+        }
+        Ok(Watched { writes, stream, lines })
+    }
 }
 
 /// Seconds since `zero` (negative before it).
@@ -182,7 +270,7 @@ fn note_error(seen: &Mutex<Seen>, t: f64, kind: String) {
 
 /// The server holding stream `S` alone (its leader, with no other peer), asked for at most
 /// `within`.
-pub async fn single_peer(client: &async_nats::Client, within: Duration) -> Option<String> {
+async fn single_peer(client: &async_nats::Client, within: Duration) -> Option<String> {
     let deadline = Instant::now() + within;
     loop {
         if let Ok(info) = api(client, "STREAM.INFO.S", &Value::Null).await {
@@ -198,26 +286,11 @@ pub async fn single_peer(client: &async_nats::Client, within: Duration) -> Optio
     }
 }
 
-/// Moves stream `S` (whose configuration is `config`) off `peer`: `STREAM.PEER.EVACUATE`
-/// (2.15), or with `by_tags` a placement on the tag of the first other node (node `nK`
-/// carries `tK`; releases before 2.15 have no evacuation). What was asked and answered.
-pub async fn move_off(client: &async_nats::Client, cluster: &Cluster, config: &mut Value, peer: &str, by_tags: bool) -> Value {
-    if by_tags {
-        let to = cluster.nodes.iter().map(|n| n.name.clone()).find(|n| n != peer).unwrap_or_default();
-        config["placement"] = json!({ "tags": [to.replacen('n', "t", 1)] });
-        let answer = api(client, "STREAM.UPDATE.S", config).await;
-        json!({ "event": format!("move {peer} -> {to}"), "error": answer.err().map(|e| e.to_string()) })
-    } else {
-        let answer = api(client, "STREAM.PEER.EVACUATE.S", &json!({ "peer": peer })).await;
-        json!({ "event": format!("evacuate {peer}"), "error": answer.err().map(|e| e.to_string()) })
-    }
-}
-
 /// Watches stream `S` twice a second until it sits on one server other than `moved_from`
 /// and `after_settle` seconds more, or until `until` on the clock: its placement as it
 /// changes (leader, peers with `current` and `lag`), when the move settled, and the longest
 /// time it had no leader or did not answer.
-pub async fn watch(client: &async_nats::Client, moved_from: Option<&str>, clock: impl Fn() -> f64, until: f64, after_settle: f64) -> Value {
+async fn watch(client: &async_nats::Client, moved_from: Option<&str>, clock: impl Fn() -> f64, until: f64, after_settle: f64) -> Value {
     let mut events = Vec::new();
     let mut last = Value::Null;
     let mut settled_at: Option<f64> = None;
