@@ -245,8 +245,10 @@ async fn publish(client: async_nats::Client, depth: usize, size: usize, first: u
                 }
                 Ok(ack) => anyhow::bail!("message {i} acknowledged at sequence {}", ack.sequence),
                 Err(e) => {
+                    // An API error reads "<description> (code <status>, error code <code>)"; the
+                    // description may carry numbers of its own ("wrong last sequence: 59705").
                     let source = std::error::Error::source(&e).map(ToString::to_string).unwrap_or_default();
-                    let code = source.split(|c: char| !c.is_ascii_digit()).find(|w| w.len() == 5).unwrap_or("");
+                    let code = source.rsplit_once("error code ").map_or("", |(_, c)| c.trim_end_matches(')'));
                     note_error(&seen, clock(), format!("{:?} {code}", e.kind()).trim().to_string());
                     break true;
                 }
