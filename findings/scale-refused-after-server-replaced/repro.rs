@@ -84,7 +84,7 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let writes = Writes::start(client.clone(), 16, 128, args.backlog + 1, clock);
     tokio::time::sleep_until(zero.into()).await;
     let mut events = Vec::new();
-    let holders: Vec<String> = std::iter::once(&info["cluster"]["leader"]).chain(info["cluster"]["replicas"].as_array().into_iter().flatten().map(|r| &r["name"])).filter_map(|n| n.as_str().map(str::to_string)).collect();
+    let holders = findings::servers_of(&info);
     if args.spare_down > 0 {
         if let Some(j) = cluster.nodes.iter().position(|n| !holders.contains(&n.name)) {
             cluster.kill(j);
@@ -122,15 +122,7 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
             }
             Err(_) => {}
         }
-        let peers = match api(&client, "STREAM.INFO.S", &Value::Null).await {
-            Ok(info) => {
-                let mut p: Vec<String> = info["cluster"]["replicas"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str().map(str::to_string)).collect();
-                p.extend(info["cluster"]["leader"].as_str().map(str::to_string));
-                p.sort();
-                p
-            }
-            Err(_) => Vec::new(),
-        };
+        let peers = api(&client, "STREAM.INFO.S", &Value::Null).await.map(|info| findings::servers_of(&info)).unwrap_or_default();
         let now = json!({ "update": answer.err().map(|e| e.to_string()), "servers": peers });
         if now != last {
             events.push(json!({ "t_s": t, "seen": now }));

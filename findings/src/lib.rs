@@ -229,6 +229,16 @@ pub async fn retry<F: std::future::Future<Output = Result<Value, ApiError>>>(mut
     }
 }
 
+/// The servers holding a stream, from its `STREAM.INFO`: the leader and every replica,
+/// sorted.
+pub fn servers_of(info: &Value) -> Vec<String> {
+    let cluster = &info["cluster"];
+    let replicas = cluster["replicas"].as_array().into_iter().flatten().map(|r| &r["name"]);
+    let mut names: Vec<String> = std::iter::once(&cluster["leader"]).chain(replicas).filter_map(|n| n.as_str().map(str::to_string)).collect();
+    names.sort();
+    names
+}
+
 /// A stream of one subject, file storage, `replicas` copies.
 pub fn stream_config(name: &str, subject: &str, replicas: usize) -> Value {
     json!({ "name": name, "subjects": [subject], "storage": "file", "num_replicas": replicas, "duplicate_window": 120_000_000_000u64 })
