@@ -68,7 +68,7 @@ macro_rules! for_each_property {
             (DurableNothingSkipped, always, "durable-nothing-skipped",
              "the durable consumer's ack floor never passes a sequence that was never delivered to it")
             (OperationOutageBounded, always_or_unreachable, "operation-outage-bounded",
-             "no operation is followed by an outage of writes, reads or durable deliveries longer than the configured bound while no fault is in force")
+             "no operation is followed by an outage of writes, reads or durable deliveries longer than the configured bound while no fault is in force and no other change is requested")
             // Liveness inside bounded windows.
             (PublishEventuallyAcked, eventually_or_unreachable, "publish-eventually-acked",
              "a publish is acknowledged within the liveness window")

@@ -236,6 +236,29 @@ pub fn fault_free_start(span: &Span, faults: &[(f64, Option<f64>)]) -> (f64, f64
     (from, span.to_s.min(next))
 }
 
+/// What of an outage is judged against the bound, as (from, to) seconds: the longest
+/// stretch of its fault-free part ([`fault_free_start`]) between two requests that changed
+/// the stream (`requests`, seconds; refused and no-op ones are not among them). An outage
+/// that spans several such requests is charged to none of them past the next: what stopped
+/// after a scale and went on through three moves is each one's for the stretch until the
+/// next, and a bound exceeded must be exceeded after one of them alone (a CI run moving a
+/// stream every 0.5-1 s had writes stop 10-16 s across six moves and scales; 2.15.1 drops
+/// a publish in flight as a one-replica group is replaced, which its later releases fix,
+/// nats-server#8766). A request within [`SLACK`] of the outage's start is its start.
+pub fn judged_stretch(span: &Span, faults: &[(f64, Option<f64>)], requests: &[f64]) -> (f64, f64) {
+    let (from, to) = fault_free_start(span, faults);
+    let mut cuts: Vec<f64> = requests.iter().copied().filter(|r| *r > from + SLACK.as_secs_f64() && *r < to).collect();
+    cuts.sort_by(f64::total_cmp);
+    let mut best = (from, cuts.first().copied().unwrap_or(to));
+    for (i, start) in cuts.iter().enumerate() {
+        let end = cuts.get(i + 1).copied().unwrap_or(to);
+        if end - start > best.1 - best.0 {
+            best = (*start, end);
+        }
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -336,6 +359,20 @@ mod tests {
         feed(&mut m, 95_250, 96_000, |t| (t, t, t));
         let last = m.close_all(ms(98_000));
         assert_eq!(last[0].write, None, "the stall before its request is not its own");
+    }
+
+    #[test]
+    fn an_outage_across_later_requests_is_judged_by_its_longest_stretch_between_them() {
+        let s = Span { from_s: 10.0, to_s: 40.0, ongoing: false };
+        assert_eq!(judged_stretch(&s, &[], &[]), (10.0, 40.0));
+        assert_eq!(judged_stretch(&s, &[], &[10.5]), (10.0, 40.0), "its own request, logged a moment after it began");
+        assert_eq!(judged_stretch(&s, &[], &[14.0, 18.0, 21.0, 24.0]), (24.0, 40.0), "16 s after the last: still too long");
+        assert_eq!(judged_stretch(&s, &[], &[19.0, 5.0, 50.0]), (19.0, 40.0), "requests outside it cut nothing");
+        assert_eq!(judged_stretch(&s, &[], &[25.0, 33.0]), (10.0, 25.0), "the first stretch the longest");
+        assert_eq!(judged_stretch(&s, &[(30.0, None)], &[25.0, 33.0]), (10.0, 25.0), "then a fault");
+        let moves = [13.0, 15.0, 17.5, 19.0, 21.5];
+        let longest = judged_stretch(&Span { from_s: 12.5, to_s: 22.5, ongoing: false }, &[], &moves);
+        assert!(longest.1 - longest.0 <= 2.5, "a stream moved every 0.5-2.5 s through a 10 s stall: {longest:?}");
     }
 
     #[test]

@@ -3,14 +3,16 @@
 //! longest write, read and durable outage around it (`operations.jsonl`, event `outage`),
 //! steers Antithesis toward long ones, and judges each against `liveness.outage_bound`
 //! where the run knows every fault: an outage that began with no fault in force and lasted
-//! longer than the bound before any fault came fails `operation-outage-bounded`. It runs
-//! until the publisher has ended.
+//! longer than the bound before any fault came, and before any later request changed the
+//! stream (`judged_stretch`), fails `operation-outage-bounded`. It runs until the publisher
+//! has ended.
 
 use crate::context::state::{Ctx, Stats};
 use crate::sdk;
 use properties::operations::OpKind;
-use properties::outage::{fault_free_start, Activity, OpOutages, OutageMeter, Progress, ACTIVITIES};
+use properties::outage::{judged_stretch, Activity, OpOutages, OutageMeter, Progress, ACTIVITIES, OBSERVE_AFTER};
 use serde_json::json;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +21,10 @@ const EVERY: Duration = Duration::from_millis(250);
 pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut meter = OutageMeter::new(ctx.cfg.liveness.window);
     let mut next_request = 0;
+    // Requests (op, seconds) as far back as a watch still open can reach: an outage is
+    // judged between them.
+    let reach = (OBSERVE_AFTER + ctx.cfg.liveness.window + Duration::from_secs(10)).as_secs_f64();
+    let mut recent: VecDeque<(&'static str, f64)> = VecDeque::new();
     let mut tick = tokio::time::interval(EVERY);
     loop {
         tokio::select! {
@@ -27,17 +33,23 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
             _ = tick.tick() => {}
         }
         for (op, at) in ctx.ops.requests_since(&ctx.stream, &mut next_request) {
-            meter.operation(op.id(), at.saturating_duration_since(ctx.live.origin));
+            let at = at.saturating_duration_since(ctx.live.origin);
+            meter.operation(op.id(), at);
+            recent.push_back((op.id(), at.as_secs_f64()));
+        }
+        let now = ctx.live.now().as_secs_f64();
+        while recent.front().is_some_and(|(_, t)| *t < now - reach) {
+            recent.pop_front();
         }
         let s = &ctx.stats;
         let durable = ctx.cfg.durable.enabled.then(|| (Stats::get(&s.durable_delivered), Stats::get(&s.durable_received_high)));
         let p = Progress { t: ctx.live.now(), acked: Stats::get(&s.acked), last_acked: Stats::get(&s.last_acked_seq), verified: Stats::get(&s.verified), durable };
         for closed in meter.sample(p) {
-            judge(&ctx, &closed);
+            judge(&ctx, &closed, &recent);
         }
     }
     for closed in meter.close_all(ctx.live.now()) {
-        judge(&ctx, &closed);
+        judge(&ctx, &closed, &recent);
     }
     Ok(())
 }
@@ -73,23 +85,27 @@ fn faults(ctx: &Ctx) -> Option<Vec<(f64, Option<f64>)>> {
     Some(spans)
 }
 
-fn judge(ctx: &Ctx, o: &OpOutages) {
+fn judge(ctx: &Ctx, o: &OpOutages, requests: &VecDeque<(&'static str, f64)>) {
     let Some(op) = OpKind::ALL.into_iter().find(|k| k.id() == o.op) else { return };
     let bound = ctx.cfg.liveness.outage_bound;
     ctx.ops.record(&ctx.stream, op, "outage", json!({ "requested_s": o.requested_s, "write": o.write, "read": o.read, "durable": o.durable }));
     let longest = ACTIVITIES.iter().filter_map(|a| o.get(*a).map(|s| s.secs())).fold(0.0, f64::max);
     sdk::above!(Property::OperationCausedLongOutage, (longest * 1000.0) as u64, bound.as_millis() as u64 / 2, &json!({ "op": o.op, "outage_s": longest }));
     let Some(faults) = faults(ctx) else { return }; // faults unknown: measured, not judged
+    let times: Vec<f64> = requests.iter().map(|(_, t)| *t).collect();
     for a in ACTIVITIES {
         let Some(span) = o.get(a) else { continue };
-        let (from, to) = fault_free_start(&span, &faults);
+        let (from, to) = judged_stretch(&span, &faults, &times);
         if to - from <= bound.as_secs_f64() {
-            sdk::check!(Property::OperationOutageBounded, true, &json!({ "op": o.op, "activity": a, "outage_s": span.secs(), "fault_free_s": to - from }));
+            sdk::check!(Property::OperationOutageBounded, true, &json!({ "op": o.op, "activity": a, "outage_s": span.secs(), "judged_s": to - from }));
         } else {
+            // The request the judged stretch began after, when it is a later one.
+            let after = requests.iter().find(|(_, t)| *t == from).map(|(op, t)| json!({ "op": op, "requested_s": t }));
+            let within: Vec<_> = requests.iter().filter(|(_, t)| *t > span.from_s && *t < span.to_s).map(|(op, t)| json!({ "op": op, "requested_s": t })).collect();
             let mut details = json!({
                 "stream": ctx.stream, "op": o.op, "requested_s": o.requested_s, "activity": a, "outage": span, "outage_s": span.secs(),
-                "fault_free": [from, to], "fault_free_s": to - from, "bound_s": bound.as_secs_f64(),
-                "problem": "after this operation the activity stopped, with no fault in force, for longer than the bound" });
+                "judged": [from, to], "judged_s": to - from, "judged_after": after, "requests_within": within, "bound_s": bound.as_secs_f64(),
+                "problem": "after an operation the activity stopped, with no fault in force and no other change requested, for longer than the bound" });
             if a == Activity::Write {
                 let read = |m: &std::sync::Mutex<String>| m.lock().map(|e| e.clone()).unwrap_or_default();
                 details["first_publish_error"] = json!(read(&ctx.stats.first_publish_error));
