@@ -119,6 +119,13 @@ const SKIP_TO_ONE_MAX_S: f64 = 5.0;
 /// timing out 5 s later), with a margin either side.
 const STUCK_AFTER_R1_S: (f64, f64) = (4.0, 10.0);
 
+/// Seconds from the start of a write outage (the publish dropped as a one-replica group was
+/// replaced at the end of its move) to a request to scale the stream up from one replica,
+/// within which the scale comes before the dropped publish's resend (its ack timeout, 5 s)
+/// and leaves that id "in process": the reproducer asked 0.98 s after, the workload's run
+/// 1.17 s after.
+const STUCK_SCALE_UP_AFTER_MOVE_S: (f64, f64) = (0.0, 5.0);
+
 /// Seconds the server must have answered one publish with nothing but 10158 for that
 /// answer alone to show the stuck id, whatever came before: at least the window's quiet
 /// part (faults were asked to pause; a proposal that can commit does so in milliseconds)
@@ -168,11 +175,11 @@ pub const ISSUES: &[KnownIssue] = &[
     },
     KnownIssue {
         id: "dedup-id-stuck-in-process",
-        title: "writes stall after the stream is scaled to one replica: the publish in flight as its group is replaced is dropped, and once the stream is replicated again under the same leader (a move or scale up asked for before the resend) every resend is answered \"duplicate message id is in process\" (10158) until the stream's leader changes or the duplicate window forgets the id",
+        title: "writes stall after a one-replica group of the stream is replaced (a scale to one replica, or the end of a move of a one-replica stream): the publish in flight as its group is replaced is dropped, and once the stream is replicated again under the same leader (a move or scale up asked for before the resend) every resend is answered \"duplicate message id is in process\" (10158) until the stream's leader changes or the duplicate window forgets the id",
         status: Status::Reproduced,
         versions: &["2.15.1"],
         properties: &[Property::PublishEventuallyAcked, Property::OperationOutageBounded],
-        trigger: "a publish window ran out on 10158, every try having met nothing else for at least the window's quiet part (at least 10 s), or the same stream having been scaled from several replicas to one 4-10 s before the window opened; or a write outage (no fault in force) began 0-4 s after such a request",
+        trigger: "a publish window ran out on 10158, every try having met nothing else for at least the window's quiet part (at least 10 s), or the same stream having been scaled from several replicas to one 4-10 s before the window opened; or a write outage (no fault in force) began 0-4 s after such a request; or a write outage that met 10158 began after a move of the stream while it held one replica (the latest change asked for before it) and a scale up from one replica was requested 0-5 s after it began",
         write_up: "findings/dedup-id-stuck-in-process/README.md",
         predicate: dedup_id_stuck,
         unknowns: None,
@@ -318,6 +325,24 @@ fn scaled_to_one(ev: &Evidence, stream: &str, at: impl Fn(f64) -> bool) -> bool 
     })
 }
 
+/// The other way in (`after-move.rs`): the stream, holding one replica, was moved (the
+/// latest change requested before the outage began: the move's end replaces its group as
+/// the outage begins), then scaled up from one replica [`STUCK_SCALE_UP_AFTER_MOVE_S`]
+/// after the outage began.
+fn moved_alone_then_scaled_up(ev: &Evidence, stream: &str, from: f64) -> bool {
+    // A request for what already is (a scale from 2 to 2) changes nothing.
+    let no_op = |o: &Value| o["detail"]["from"].is_u64() && o["detail"]["from"] == o["detail"]["to"];
+    let requested = |o: &&Value| o["event"] == "requested" && o["stream"] == stream && o["t_s"].as_f64().is_some() && !no_op(o);
+    let at = |o: &Value| o["t_s"].as_f64().unwrap_or_default();
+    let before = ev.operations.iter().filter(requested).rfind(|o| at(o) < from);
+    let moved_alone = before.is_some_and(|o| text(o, "op") == "move" && o["detail"]["peers"].as_array().is_some_and(|p| p.len() == 1));
+    let (lo, hi) = STUCK_SCALE_UP_AFTER_MOVE_S;
+    moved_alone
+        && ev.operations.iter().filter(requested).any(|o| {
+            text(o, "op") == "scale" && o["detail"]["from"] == 1 && o["detail"]["to"].as_u64().is_some_and(|to| to > 1) && (lo..=hi).contains(&(at(o) - from))
+        })
+}
+
 fn dedup_id_stuck(f: &Failure, ev: &Evidence) -> bool {
     if f.property == Property::OperationOutageBounded {
         // A write outage that began as the stuck message was sent: a scale of the stream to
@@ -327,7 +352,11 @@ fn dedup_id_stuck(f: &Failure, ev: &Evidence) -> bool {
         // by the next scale's leader change), so the error is not asked.
         let d = f.details;
         let (Some(stream), Some(from)) = (d["stream"].as_str(), d["outage"]["from_s"].as_f64()) else { return false };
-        return text(d, "activity") == "write" && scaled_to_one(ev, stream, |t| (0.0..=4.0).contains(&(from - t)));
+        if text(d, "activity") != "write" {
+            return false;
+        }
+        return scaled_to_one(ev, stream, |t| (0.0..=4.0).contains(&(from - t)))
+            || (text(d, "last_publish_error").contains("error code 10158") && moved_alone_then_scaled_up(ev, stream, from));
     }
     let d = f.details;
     let (Some(elapsed), Some(stream)) = (d["elapsed_s"].as_f64(), d["stream"].as_str()) else { return false };

@@ -8,9 +8,10 @@
 //! outage belongs to one operation: the latest requested before it began (or within
 //! [`SLACK`] after: a request is logged a moment after it is sent), and at most
 //! [`OBSERVE_AFTER`] before; an outage with no such operation belongs to none. An
-//! operation's record holds the longest outage of each activity that belongs to it, and is
-//! closed [`OBSERVE_AFTER`] after its request, or, while an outage of its own is under way,
-//! when that ends (at most `limit` later). Pure: times are passed in.
+//! operation's record holds the longest outage of each activity that belongs to it (and the
+//! shorter ones, each judged too), and is closed [`OBSERVE_AFTER`] after its request, or,
+//! while an outage of its own is under way, when that ends (at most `limit` later). Pure:
+//! times are passed in.
 
 use serde::Serialize;
 use std::time::Duration;
@@ -74,9 +75,17 @@ pub struct OpOutages {
     pub write: Option<Span>,
     pub read: Option<Span>,
     pub durable: Option<Span>,
+    /// Its other outages, shorter than the longest of their activity: each is judged too
+    /// (a long stall a longer one displaced would otherwise go unjudged).
+    pub shorter: Vec<(Activity, Span)>,
 }
 
 impl OpOutages {
+    /// Every outage of its own: the longest of each activity, then the shorter ones.
+    pub fn all(&self) -> impl Iterator<Item = (Activity, Span)> + '_ {
+        ACTIVITIES.into_iter().filter_map(|a| self.get(a).map(|s| (a, s))).chain(self.shorter.iter().copied())
+    }
+
     pub fn get(&self, a: Activity) -> Option<Span> {
         match a {
             Activity::Write => self.write,
@@ -151,7 +160,7 @@ impl OutageMeter {
 
     /// An operation was requested at `at`.
     pub fn operation(&mut self, op: &str, at: Duration) {
-        let out = OpOutages { op: op.to_string(), requested_s: at.as_secs_f64(), write: None, read: None, durable: None };
+        let out = OpOutages { op: op.to_string(), requested_s: at.as_secs_f64(), write: None, read: None, durable: None, shorter: Vec::new() };
         self.watches.push(Watch { out, at });
     }
 
@@ -163,10 +172,22 @@ impl OutageMeter {
 
     fn attribute(&mut self, a: Activity, s: Span) {
         if let Some(i) = self.owner(Duration::from_secs_f64(s.from_s)) {
-            let slot = self.watches[i].out.slot(a);
-            if slot.is_none_or(|old| s.secs() > old.secs()) {
-                *slot = Some(s);
-            }
+            let out = &mut self.watches[i].out;
+            let slot = out.slot(a);
+            let shorter = match *slot {
+                Some(old) if old.from_s == s.from_s => {
+                    // The same outage measured again: the longer measure stands.
+                    *slot = Some(if s.secs() > old.secs() { s } else { old });
+                    return;
+                }
+                Some(old) if s.secs() > old.secs() => slot.replace(s),
+                Some(_) => Some(s),
+                None => {
+                    *slot = Some(s);
+                    None
+                }
+            };
+            out.shorter.extend(shorter.map(|old| (a, old)));
         }
     }
 
@@ -341,6 +362,21 @@ mod tests {
         m.operation("stepdown", ms(120_000));
         closed = feed(&mut m, 110_250, 200_000, |t| (t, if (160_000..170_000).contains(&t) { 160_000 } else { t }, t));
         assert_eq!(closed[0].read, None, "{:?}", closed[0]);
+    }
+
+    /// Two stalls after one request: the longer is its write outage, and the shorter one,
+    /// over any bound too, is kept to be judged (it was displaced and went unjudged).
+    #[test]
+    fn every_outage_of_an_operation_is_kept_not_only_its_longest() {
+        let mut m = OutageMeter::new(Duration::from_secs(120));
+        feed(&mut m, 0, 5_000, |t| (t, t, t));
+        m.operation("move", ms(5_000));
+        let stalls = |t: u64| if (6_000..18_000).contains(&t) { 6_000 } else if (20_000..45_000).contains(&t) { 20_000 } else { t };
+        let closed = feed(&mut m, 5_250, 120_000, |t| (stalls(t), t.min(stalls(t)), t.min(stalls(t))));
+        let o = &closed[0];
+        assert_eq!(o.write, Some(Span { from_s: 20.0, to_s: 45.0, ongoing: false }));
+        assert_eq!(o.shorter, vec![(Activity::Write, Span { from_s: 6.0, to_s: 18.0, ongoing: false })]);
+        assert_eq!(o.all().count(), 2, "{o:?}");
     }
 
     #[test]

@@ -405,6 +405,37 @@ fn dedup_id_stuck_explains_the_write_outage_of_its_scale_only() {
     assert!(other.known("operation-outage-bounded").is_empty(), "another stream's");
 }
 
+/// A one-replica stream moved, its move ending as writes stopped, then scaled up 1.17 s
+/// later: every resend 10158 for 65 s, with no request after the last move (the outage,
+/// judged after that move, 57.7 s). Near misses: the scale up after the resend, the move of
+/// a stream of two replicas, a scale between the move and the outage, ack timeouts only.
+#[test]
+fn dedup_id_stuck_explains_the_write_outage_after_a_one_replica_move_and_a_scale_up() {
+    let c = case("dedup-id-stuck-in-process-after-move");
+    assert_eq!(c.known("operation-outage-bounded"), ids(&["dedup-id-stuck-in-process"]));
+    assert_eq!(c.judged()["verdict_without_known"], "pass");
+
+    let scale_up = |o: &Value| o["op"] == "scale" && o["event"] == "requested" && o["detail"]["from"] == 1 && o["detail"]["to"] == 2;
+    let mut late = c.clone();
+    late.operations.iter_mut().filter(|o| scale_up(o)).for_each(|o| o["t_s"] = json!(o["t_s"].as_f64().unwrap() + 4.0));
+    assert!(late.known("operation-outage-bounded").is_empty(), "scaled up 5.2 s after: after the resend");
+    let mut two = c.clone();
+    two.operations.iter_mut().filter(|o| o["op"] == "move").for_each(|o| o["detail"]["peers"] = json!(["n1", "n2"]));
+    assert!(two.known("operation-outage-bounded").is_empty(), "a move of two replicas");
+    let mut between = c.clone();
+    between.operations.push(json!({ "t_s": 40.0, "event": "requested", "op": "scale", "stream": "WORKLOAD_0000000000000010", "detail": { "from": 1, "to": 3 } }));
+    between.operations.sort_by(|a, b| a["t_s"].as_f64().unwrap().total_cmp(&b["t_s"].as_f64().unwrap()));
+    assert!(between.known("operation-outage-bounded").is_empty(), "a scale between the move and the outage");
+    let mut no_op = c.clone();
+    no_op.operations.push(json!({ "t_s": 40.0, "event": "requested", "op": "scale", "stream": "WORKLOAD_0000000000000010", "detail": { "from": 1, "to": 1 } }));
+    no_op.operations.sort_by(|a, b| a["t_s"].as_f64().unwrap().total_cmp(&b["t_s"].as_f64().unwrap()));
+    assert_eq!(no_op.known("operation-outage-bounded"), ids(&["dedup-id-stuck-in-process"]), "a 1 -> 1 request changes nothing");
+    let mut timeouts = c.clone();
+    timeouts.failures("operation-outage-bounded").for_each(|d| d["last_publish_error"] = json!("timed out: didn't receive ack in time"));
+    assert!(timeouts.known("operation-outage-bounded").is_empty(), "ack timeouts only");
+    assert!(c.with_version("2.14.6").known("operation-outage-bounded").is_empty(), "another release");
+}
+
 /// Each write outage after the removal of a two-replica stream's leader is marked; the
 /// durable consumer's outages in the same run (its own group's leader went with the peer;
 /// the entry does not cover them) stay failures.

@@ -10,7 +10,7 @@
 use crate::context::state::{Ctx, Stats};
 use crate::sdk;
 use properties::operations::OpKind;
-use properties::outage::{judged_stretch, Activity, OpOutages, OutageMeter, Progress, ACTIVITIES, OBSERVE_AFTER};
+use properties::outage::{judged_stretch, Activity, OpOutages, OutageMeter, Progress, OBSERVE_AFTER};
 use serde_json::json;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -88,13 +88,12 @@ fn faults(ctx: &Ctx) -> Option<Vec<(f64, Option<f64>)>> {
 fn judge(ctx: &Ctx, o: &OpOutages, requests: &VecDeque<(&'static str, f64)>) {
     let Some(op) = OpKind::ALL.into_iter().find(|k| k.id() == o.op) else { return };
     let bound = ctx.cfg.liveness.outage_bound;
-    ctx.ops.record(&ctx.stream, op, "outage", json!({ "requested_s": o.requested_s, "write": o.write, "read": o.read, "durable": o.durable }));
-    let longest = ACTIVITIES.iter().filter_map(|a| o.get(*a).map(|s| s.secs())).fold(0.0, f64::max);
+    ctx.ops.record(&ctx.stream, op, "outage", json!({ "requested_s": o.requested_s, "write": o.write, "read": o.read, "durable": o.durable, "shorter": o.shorter }));
+    let longest = o.all().map(|(_, s)| s.secs()).fold(0.0, f64::max);
     sdk::above!(Property::OperationCausedLongOutage, (longest * 1000.0) as u64, bound.as_millis() as u64 / 2, &json!({ "op": o.op, "outage_s": longest }));
     let Some(faults) = faults(ctx) else { return }; // faults unknown: measured, not judged
     let times: Vec<f64> = requests.iter().map(|(_, t)| *t).collect();
-    for a in ACTIVITIES {
-        let Some(span) = o.get(a) else { continue };
+    for (a, span) in o.all() {
         let (from, to) = judged_stretch(&span, &faults, &times);
         if to - from <= bound.as_secs_f64() {
             sdk::check!(Property::OperationOutageBounded, true, &json!({ "op": o.op, "activity": a, "outage_s": span.secs(), "judged_s": to - from }));
