@@ -427,3 +427,55 @@ async fn a_write_outage_after_an_operation_with_no_fault_fails_operation_outage_
     let ops = std::fs::read_to_string(done.out.join("operations.jsonl")).unwrap();
     assert!(ops.lines().any(|l| l.contains("\"outage\"")), "every operation's outages are recorded");
 }
+
+/// The answer to a stream's update, when it is `stream`'s (the operator's scales).
+fn update_answer(frame: &Frame, stream: &str) -> bool {
+    let Frame::Msg { payload, .. } = frame else { return false };
+    serde_json::from_slice::<Value>(payload).is_ok_and(|a| a["type"] == "io.nats.jetstream.api.v1.stream_update_response" && a["config"]["name"] == stream)
+}
+
+/// The first answer to a scale of the stream (3 -> 1; later ones ask for 1 again) is lost
+/// on the client's link, and for 40 s
+/// every later one is turned into a refusal (10005 "no suitable peers", as a soak's server
+/// answered a repeated R4 update while a removed server's replacement was pending). The
+/// server applied each: the operator sees that in the stream's configuration and does not
+/// ask again, so no scale fails `scale-eventually-settles` (asking again, the first scale
+/// would meet refusals past its 20 s window).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scale_whose_answer_was_lost_is_not_asked_again_once_applied() {
+    let h = Harness::start("lostscale").await;
+    let link = Link::start("forged".into(), h.cluster.nodes[0].client_port).await.unwrap();
+    let stream = h.stream.clone();
+    let first: Arc<Mutex<Option<std::time::Instant>>> = Arc::default();
+    link.forge(Arc::new(Mutex::new(move |f: Frame| {
+        if !update_answer(&f, &stream) {
+            return vec![f];
+        }
+        let mut first = first.lock().unwrap();
+        match *first {
+            None => {
+                *first = Some(std::time::Instant::now());
+                vec![]
+            }
+            Some(t) if t.elapsed() < Duration::from_secs(40) => {
+                let refusal = json!({ "type": "io.nats.jetstream.api.v1.stream_update_response",
+                                      "error": { "code": 400, "err_code": 10005, "description": "no suitable peers for placement" } });
+                vec![with_payload(f, refusal.to_string().into_bytes())]
+            }
+            Some(_) => vec![f],
+        }
+    })));
+    let cfg = h.config(
+        "scales.toml",
+        "[operator]\ninterval_min = \"3s\"\ninterval_max = \"4s\"\nwait_settled_probability = 0.0\n[operator.weights]\nscale = 1\nmove = 0\npeer_remove = 0\npeer_evacuate = 0\nserver_evacuate = 0\nstream_stepdown = 0\nmeta_stepdown = 0\nconsumer_stepdown = 0\nconsumer_scale = 0\nconsumer_peer_remove = 0\nconsumer_peer_evacuate = 0\n[scale]\nreplicas = [1]\nwait_settled_probability = 0.0\nback_to_back_probability = 0.0\n",
+    );
+    let servers = [format!("nats://127.0.0.1:{}", link.port)];
+    let done = h.finish(h.spawn_via(&servers, "30s", &["--config", &cfg, "--cluster-size", "3"]), LIMIT);
+    assert!(!done.failed().contains("scale-eventually-settles"), "{}", done.why());
+    let log = std::fs::read_to_string(h.dir.path().join("workload.log")).unwrap();
+    assert!(log.contains("scale applied though its answer was lost"), "the lost answer was met: {}", done.why());
+    let ops = std::fs::read_to_string(done.out.join("operations.jsonl")).unwrap();
+    let scales: Vec<Value> = ops.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|o| o["op"] == "scale" && o["event"] == "requested").collect();
+    assert!(scales.len() >= 3, "{scales:?}");
+    assert_eq!(scales[0]["detail"], json!({ "from": 3, "to": 1 }), "the first, whose answer was lost, recorded as the change it was: {scales:?}");
+}
