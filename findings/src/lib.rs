@@ -253,8 +253,9 @@ pub struct Trials {
     /// Independent trials, each on a fresh cluster.
     #[arg(long, default_value_t = 10)]
     pub trials: usize,
-    /// Where each trial's cluster (configs, stores, logs) goes; a trial that shows the bug
-    /// keeps its directory, the others are removed.
+    /// Where each trial's cluster (configs, stores, logs) goes
+    /// (`<id>-<version>-<unix seconds at start>-<trial>`); a trial that shows the bug keeps
+    /// its directory, the others are removed.
     #[arg(long, default_value = "runs/findings")]
     pub dir: PathBuf,
 }
@@ -265,9 +266,12 @@ impl Trials {
     /// many of how many. A trial that did not show it has its directory removed.
     pub async fn run<F: std::future::Future<Output = anyhow::Result<(bool, Value)>>>(&self, id: &str, mut trial: impl FnMut(PathBuf) -> F) -> anyhow::Result<()> {
         let version = server_version(&self.server);
+        // Each invocation's trials get their own directories: a later batch's trial N that
+        // shows nothing (and is removed) must not take an earlier batch's trial N with it.
+        let batch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut showed = 0;
         for n in 1..=self.trials {
-            let dir = self.dir.join(format!("{id}-{version}-{n}"));
+            let dir = self.dir.join(format!("{id}-{version}-{batch}-{n}"));
             let (reproduced, details) = trial(dir.clone()).await?;
             showed += usize::from(reproduced);
             println!("{}", json!({ "finding": id, "server": version, "trial": n, "reproduced": reproduced, "details": details }));
