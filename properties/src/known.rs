@@ -14,6 +14,7 @@
 //! saved report of a real run that met it (`known/fixtures/`); an issue seen without such a
 //! report is written up in `findings/README.md` but excuses nothing here.
 
+use crate::operations::changes_nothing;
 use crate::{Kind, Property};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -330,9 +331,7 @@ fn scaled_to_one(ev: &Evidence, stream: &str, at: impl Fn(f64) -> bool) -> bool 
 /// the outage begins), then scaled up from one replica [`STUCK_SCALE_UP_AFTER_MOVE_S`]
 /// after the outage began.
 fn moved_alone_then_scaled_up(ev: &Evidence, stream: &str, from: f64) -> bool {
-    // A request for what already is (a scale from 2 to 2) changes nothing.
-    let no_op = |o: &Value| o["detail"]["from"].is_u64() && o["detail"]["from"] == o["detail"]["to"];
-    let requested = |o: &&Value| o["event"] == "requested" && o["stream"] == stream && o["t_s"].as_f64().is_some() && !no_op(o);
+    let requested = |o: &&Value| o["event"] == "requested" && o["stream"] == stream && o["t_s"].as_f64().is_some() && !changes_nothing(&o["detail"]);
     let at = |o: &Value| o["t_s"].as_f64().unwrap_or_default();
     let before = ev.operations.iter().filter(requested).rfind(|o| at(o) < from);
     let moved_alone = before.is_some_and(|o| text(o, "op") == "move" && o["detail"]["peers"].as_array().is_some_and(|p| p.len() == 1));

@@ -112,6 +112,12 @@ impl std::fmt::Display for Version {
 /// here, and placement by cluster is judged like placement by tags).
 pub const CLUSTER_TAG: &str = "cluster:";
 
+/// Whether a requested operation's detail asks for what already is (a scale from 3 to 3):
+/// it changes nothing, so no outage is its and no trigger is it.
+pub fn changes_nothing(detail: &serde_json::Value) -> bool {
+    detail["from"].is_u64() && detail["from"] == detail["to"]
+}
+
 /// The servers holding the stream: its leader and the listed replicas.
 pub fn peers(info: &StreamInfoView) -> Vec<String> {
     let Some(c) = &info.cluster else { return Vec::new() };

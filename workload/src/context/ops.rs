@@ -74,9 +74,8 @@ impl OpTally {
                     r.pop_front();
                 }
             }
-            // A request for what already is (a scale from 3 to 3) changes nothing: no outage is its.
-            let no_op = detail["from"].is_u64() && detail["from"] == detail["to"];
-            if let (false, Ok(mut r)) = (no_op, self.requests.lock()) {
+            // A request that changes nothing owns no outage.
+            if let (false, Ok(mut r)) = (properties::operations::changes_nothing(&detail), self.requests.lock()) {
                 let n = r.0;
                 r.0 += 1;
                 r.1.push_back((n, stream.to_string(), op, Instant::now()));
