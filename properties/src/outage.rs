@@ -78,6 +78,9 @@ pub struct OpOutages {
     /// Its other outages, shorter than the longest of their activity: each is judged too
     /// (a long stall a longer one displaced would otherwise go unjudged).
     pub shorter: Vec<(Activity, Span)>,
+    /// Its own request and the later ones on the stream, (op, seconds), as they stood when
+    /// it closed: its outages are judged between them ([`judged_stretch`]).
+    pub requests: Vec<(String, f64)>,
 }
 
 impl OpOutages {
@@ -160,7 +163,7 @@ impl OutageMeter {
 
     /// An operation was requested at `at`.
     pub fn operation(&mut self, op: &str, at: Duration) {
-        let out = OpOutages { op: op.to_string(), requested_s: at.as_secs_f64(), write: None, read: None, durable: None, shorter: Vec::new() };
+        let out = OpOutages { op: op.to_string(), requested_s: at.as_secs_f64(), write: None, read: None, durable: None, shorter: Vec::new(), requests: Vec::new() };
         self.watches.push(Watch { out, at });
     }
 
@@ -221,9 +224,15 @@ impl OutageMeter {
                     self.attribute(activity, s);
                 }
             }
-            closed.push(self.watches.remove(0).out);
+            closed.push(self.close_first());
         }
         closed
+    }
+
+    /// Removes the oldest watch, its record holding the requests from its own on.
+    fn close_first(&mut self) -> OpOutages {
+        let requests = self.watches.iter().map(|w| (w.out.op.clone(), w.at.as_secs_f64())).collect();
+        OpOutages { requests, ..self.watches.remove(0).out }
     }
 
     /// Closes every operation's record at `t` (the run ends): outages under way are
@@ -234,7 +243,7 @@ impl OutageMeter {
                 self.attribute(activity, s);
             }
         }
-        std::mem::take(&mut self.watches).into_iter().map(|w| w.out).collect()
+        (0..self.watches.len()).map(|_| self.close_first()).collect()
     }
 }
 
@@ -377,6 +386,20 @@ mod tests {
         assert_eq!(o.write, Some(Span { from_s: 20.0, to_s: 45.0, ongoing: false }));
         assert_eq!(o.shorter, vec![(Activity::Write, Span { from_s: 6.0, to_s: 18.0, ongoing: false })]);
         assert_eq!(o.all().count(), 2, "{o:?}");
+    }
+
+    /// A record carries its own request and the later ones, to judge its outages between.
+    #[test]
+    fn a_record_carries_its_request_and_the_later_ones() {
+        let mut m = OutageMeter::new(Duration::from_secs(120));
+        feed(&mut m, 0, 5_000, |t| (t, t, t));
+        m.operation("scale", ms(5_000));
+        feed(&mut m, 5_250, 20_000, |t| (t, t, t));
+        m.operation("move", ms(20_000));
+        let closed = feed(&mut m, 20_250, 40_000, |t| (t, t, t));
+        assert_eq!(closed[0].requests, vec![("scale".to_string(), 5.0), ("move".to_string(), 20.0)]);
+        let last = m.close_all(ms(41_000));
+        assert_eq!(last[0].requests, vec![("move".to_string(), 20.0)]);
     }
 
     #[test]

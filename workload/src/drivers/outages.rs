@@ -10,9 +10,8 @@
 use crate::context::state::{Ctx, Stats};
 use crate::sdk;
 use properties::operations::OpKind;
-use properties::outage::{judged_stretch, Activity, OpOutages, OutageMeter, Progress, OBSERVE_AFTER};
+use properties::outage::{judged_stretch, Activity, OpOutages, OutageMeter, Progress};
 use serde_json::json;
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,10 +20,6 @@ const EVERY: Duration = Duration::from_millis(250);
 pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
     let mut meter = OutageMeter::new(ctx.cfg.liveness.window);
     let mut next_request = 0;
-    // Requests (op, seconds) as far back as a watch still open can reach: an outage is
-    // judged between them.
-    let reach = (OBSERVE_AFTER + ctx.cfg.liveness.window + Duration::from_secs(10)).as_secs_f64();
-    let mut recent: VecDeque<(&'static str, f64)> = VecDeque::new();
     let mut tick = tokio::time::interval(EVERY);
     loop {
         tokio::select! {
@@ -33,23 +28,17 @@ pub async fn run(ctx: Arc<Ctx>) -> anyhow::Result<()> {
             _ = tick.tick() => {}
         }
         for (op, at) in ctx.ops.requests_since(&ctx.stream, &mut next_request) {
-            let at = at.saturating_duration_since(ctx.live.origin);
-            meter.operation(op.id(), at);
-            recent.push_back((op.id(), at.as_secs_f64()));
-        }
-        let now = ctx.live.now().as_secs_f64();
-        while recent.front().is_some_and(|(_, t)| *t < now - reach) {
-            recent.pop_front();
+            meter.operation(op.id(), at.saturating_duration_since(ctx.live.origin));
         }
         let s = &ctx.stats;
         let durable = ctx.cfg.durable.enabled.then(|| (Stats::get(&s.durable_delivered), Stats::get(&s.durable_received_high)));
         let p = Progress { t: ctx.live.now(), acked: Stats::get(&s.acked), last_acked: Stats::get(&s.last_acked_seq), verified: Stats::get(&s.verified), durable };
         for closed in meter.sample(p) {
-            judge(&ctx, &closed, &recent);
+            judge(&ctx, &closed);
         }
     }
     for closed in meter.close_all(ctx.live.now()) {
-        judge(&ctx, &closed, &recent);
+        judge(&ctx, &closed);
     }
     Ok(())
 }
@@ -85,13 +74,14 @@ fn faults(ctx: &Ctx) -> Option<Vec<(f64, Option<f64>)>> {
     Some(spans)
 }
 
-fn judge(ctx: &Ctx, o: &OpOutages, requests: &VecDeque<(&'static str, f64)>) {
+fn judge(ctx: &Ctx, o: &OpOutages) {
     let Some(op) = OpKind::ALL.into_iter().find(|k| k.id() == o.op) else { return };
     let bound = ctx.cfg.liveness.outage_bound;
     ctx.ops.record(&ctx.stream, op, "outage", json!({ "requested_s": o.requested_s, "write": o.write, "read": o.read, "durable": o.durable, "shorter": o.shorter }));
     let longest = o.all().map(|(_, s)| s.secs()).fold(0.0, f64::max);
     sdk::above!(Property::OperationCausedLongOutage, (longest * 1000.0) as u64, bound.as_millis() as u64 / 2, &json!({ "op": o.op, "outage_s": longest }));
     let Some(faults) = faults(ctx) else { return }; // faults unknown: measured, not judged
+    let requests = &o.requests;
     let times: Vec<f64> = requests.iter().map(|(_, t)| *t).collect();
     for (a, span) in o.all() {
         let (from, to) = judged_stretch(&span, &faults, &times);
