@@ -112,21 +112,20 @@ async fn scale(ctx: &Ctx, client: &async_nats::Client, replicas: usize, timeout:
     // Once a move has been waited for, a stream that still refuses is retried in the scale's
     // own window (paced, and failing when it runs out), not waited for again at once.
     let waited = std::sync::atomic::AtomicBool::new(false);
-    // The count before the first try, and whether a try was sent: one whose answer was lost
+    // The count before the first try (set as that try is sent): a try whose answer was lost
     // may have been applied, and the stream's configuration then says so. Asking again for
     // what already is can be refused for reasons of its own (a soak of 2026-12-07: 10005
     // "no suitable peers" for 53 s while a removed server's replacement was pending, the
     // stream at R4 all along), so the applied request counts as accepted.
     let first = std::sync::OnceLock::new();
-    let sent = std::sync::atomic::AtomicBool::new(false);
     let attempt = || async {
         let info = jsapi::stream_info(client, &ctx.stream, timeout).await?;
+        let sent = first.get().is_some();
         let before = *first.get_or_init(|| info.view.config.num_replicas);
-        if sent.load(Relaxed) && info.view.config.num_replicas == replicas {
+        if sent && info.view.config.num_replicas == replicas {
             tracing::info!(replicas, "scale applied though its answer was lost: not asked again");
             return Ok(Some(before));
         }
-        sent.store(true, Relaxed);
         match jsapi::set_replicas(client, &ctx.stream, info.raw["config"].clone(), replicas, timeout).await {
             Err(e) if e.err_code() == Some(jsapi::STREAM_MOVE_IN_PROGRESS) && !waited.load(Relaxed) => Ok(None),
             Err(e) => Err(e),
