@@ -13,9 +13,9 @@
 
 use clap::Parser;
 use findings::api;
-use findings::r1_move::{self, MoveTrial};
+use findings::r1_move::MoveTrial;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ID: &str = "dedup-id-stuck-in-process-after-move";
 
@@ -42,8 +42,7 @@ async fn main() -> anyhow::Result<()> {
     let args = &args;
     args.trials.run(ID, |dir| async move {
         let details = run_trial(args, &dir).await?;
-        let w = &details["writes"];
-        Ok((args.t.stalled(w) && r1_move::answered_for(w, "Other 10158") >= args.t.stall - 10.0, details))
+        Ok((args.t.stuck_in_process(&details["writes"]), details))
     })
     .await
 }
@@ -53,7 +52,7 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let (from, event) = trial.move_off(false).await;
     let mut asked = vec![event];
     let settled = match &from {
-        Some(from) => settled_elsewhere(&trial.client, from, Duration::from_secs(args.t.observe)).await.map(|_| trial.now()),
+        Some(from) => trial.alone_off(from, Duration::from_secs(args.t.observe)).await.then(|| trial.now()),
         None => None,
     };
     if let (Some(_), false) = (settled, args.control) {
@@ -66,20 +65,4 @@ async fn run_trial(args: &Args, dir: &std::path::Path) -> anyhow::Result<Value> 
     let seen = trial.finish(&args.t, None).await?;
     Ok(json!({ "nodes": args.t.nodes, "backlog": args.t.backlog, "scale_up_after_ms": (!args.control).then_some(args.scale_up_after_ms),
                "move_settled_s": settled, "asked": asked, "writes": seen.writes, "stream": seen.stream, "dir": dir }))
-}
-
-/// Waits until stream `S` has a leader other than `from` and no other peer (at most
-/// `within`), looking every 100 ms.
-async fn settled_elsewhere(client: &async_nats::Client, from: &str, within: Duration) -> Option<()> {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if let Ok(info) = api(client, "STREAM.INFO.S", &Value::Null).await {
-            let alone = info["cluster"]["replicas"].as_array().is_none_or(Vec::is_empty);
-            if alone && info["cluster"]["leader"].as_str().is_some_and(|l| !l.is_empty() && l != from) {
-                return Some(());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    None
 }

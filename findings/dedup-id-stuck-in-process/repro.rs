@@ -17,7 +17,7 @@
 
 use clap::Parser;
 use findings::api;
-use findings::r1_move::{self, MoveTrial};
+use findings::r1_move::MoveTrial;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -45,8 +45,7 @@ async fn main() -> anyhow::Result<()> {
     let args = &args;
     args.trials.run(ID, |dir| async move {
         let details = run_trial(args, &dir).await?;
-        let w = &details["writes"];
-        Ok((args.t.stalled(w) && r1_move::answered_for(w, "Other 10158") >= args.t.stall - 10.0, details))
+        Ok((args.t.stuck_in_process(&details["writes"]), details))
     })
     .await
 }

@@ -67,6 +67,12 @@ impl MoveTrial {
     pub fn stalled(&self, writes: &Value) -> bool {
         writes["longest_without_ack_s"].as_f64().unwrap_or(0.0) >= self.stall
     }
+
+    /// Whether it stalled with 10158 "in process" answered through all of that but its
+    /// first 10 s (the dropped publish's own ack timeout, 5 s, comes first).
+    pub fn stuck_in_process(&self, writes: &Value) -> bool {
+        self.stalled(writes) && answered_for(writes, "Other 10158") >= self.stall - 10.0
+    }
 }
 
 /// A trial under way (`MoveTrial::start`): its cluster, a client, the stream's
@@ -101,7 +107,7 @@ impl Trial {
     /// no evacuation). That server, if found, and what was asked and answered, when.
     pub async fn move_off(&mut self, by_tags: bool) -> (Option<String>, Value) {
         let (client, config) = (&self.client, &mut self.config);
-        let peer = single_peer(client, Duration::from_secs(5)).await;
+        let peer = single_peer(client, Duration::from_secs(5), None).await;
         let mut asked = match &peer {
             None => json!({ "event": "no single peer within 5 s: not moved" }),
             Some(peer) if by_tags => {
@@ -117,6 +123,12 @@ impl Trial {
         };
         asked["t_s"] = json!(self.now());
         (peer, asked)
+    }
+
+    /// Waits until stream `S` sits alone on a server other than `from` (at most `within`),
+    /// as a move off `from` settles; whether it did.
+    pub async fn alone_off(&self, from: &str, within: Duration) -> bool {
+        single_peer(&self.client, within, Some(from)).await.is_some()
     }
 
     /// Watches the stream (`watch`, as `t` says) after a move off `moved_from`, stops the
@@ -270,14 +282,14 @@ fn note_error(seen: &Mutex<Seen>, t: f64, kind: String) {
     e.2 = t;
 }
 
-/// The server holding stream `S` alone (its leader, with no other peer), asked for at most
-/// `within`.
-async fn single_peer(client: &async_nats::Client, within: Duration) -> Option<String> {
+/// The server holding stream `S` alone (its leader, with no other peer; not `other_than`),
+/// asked for every 100 ms, at most `within`.
+async fn single_peer(client: &async_nats::Client, within: Duration, other_than: Option<&str>) -> Option<String> {
     let deadline = Instant::now() + within;
     loop {
         if let Ok(info) = api(client, "STREAM.INFO.S", &Value::Null).await {
             let alone = info["cluster"]["replicas"].as_array().is_none_or(Vec::is_empty);
-            if let Some(p) = info["cluster"]["leader"].as_str().filter(|p| alone && !p.is_empty()) {
+            if let Some(p) = info["cluster"]["leader"].as_str().filter(|p| alone && !p.is_empty() && Some(*p) != other_than) {
                 return Some(p.to_string());
             }
         }
@@ -330,7 +342,7 @@ async fn watch(client: &async_nats::Client, moved_from: Option<&str>, clock: imp
 }
 
 /// Seconds between the first and the last answer of `kind` in a `Writes::stop` summary.
-pub fn answered_for(writes: &Value, kind: &str) -> f64 {
+fn answered_for(writes: &Value, kind: &str) -> f64 {
     let e = &writes["errors_meanwhile"][kind];
     e["last_s"].as_f64().unwrap_or(0.0) - e["first_s"].as_f64().unwrap_or(0.0)
 }
